@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs everything pullgate's tests, demo and benchmarks need on a fresh Debian 12 machine:
+# apt packages (containerd 1.6, runc, registry, htpasswd, skopeo, busybox, protoc, Go and
+# containerd's Go sources for the conformance suite), containerd 1.7 (trixie) and 2.1 (sid)
+# unpacked under $PULLGATE_DEPS, and a release build of pullgate. Idempotent.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
+APT_OPTS=(-o DPkg::Lock::Timeout=600)
+PKGS=(containerd runc docker-registry apache2-utils skopeo busybox-static protobuf-compiler
+      golang-go golang-github-containerd-containerd-dev jq curl python3)
+
+if [ "$(id -u)" != 0 ]; then echo "setup.sh: must run as root (containerd and mounts need it)" >&2; exit 1; fi
+
+missing=()
+for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  apt-get "${APT_OPTS[@]}" update -q
+  DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" install -y -q "${missing[@]}"
+fi
+# Debian starts its own containerd service; the tests run their own instances.
+if systemctl is-active --quiet containerd 2>/dev/null; then systemctl stop containerd || true; fi
+
+# containerd 1.7 (trixie) and 2.1 (sid): static binaries from the .deb, bookworm's runc kept.
+fetch_containerd() { # suite dir
+  local suite=$1 dir=$DEPS/containerd-$1
+  [ -x "$dir/usr/bin/containerd" ] && return 0
+  local apt=$DEPS/apt-$suite
+  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$dir"
+  echo "deb http://deb.debian.org/debian $suite main" > "$apt/sources.list"
+  local opts=("${APT_OPTS[@]}" -oDir::Etc::SourceList="$apt/sources.list" -oDir::Etc::SourceParts=/dev/null
+              -oDir::State::Lists="$apt/lists" -oDir::Cache="$apt/cache" -oAPT::Get::List-Cleanup=0)
+  apt-get "${opts[@]}" update -q
+  (cd "$apt" && rm -f containerd_*.deb && apt-get "${opts[@]}" download containerd)
+  dpkg -x "$apt"/containerd_*.deb "$dir"
+  "$dir/usr/bin/containerd" --version
+}
+fetch_containerd trixie
+fetch_containerd sid
+ln -sfn "$DEPS/containerd-trixie" "$DEPS/containerd-1.7"
+ln -sfn "$DEPS/containerd-sid" "$DEPS/containerd-2.1"
+
+# Rust build (release: the daemon under test is the one an operator would run).
+if [ -z "${PULLGATE_SKIP_BUILD:-}" ]; then
+  (cd "$here" && cargo build --release --locked 2>&1 | tail -n 3)
+fi
+echo "setup: done"

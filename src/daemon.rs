@@ -1,0 +1,103 @@
+//! daemon: `pullgate serve`. Prepares the root, picks the storage driver, opens the
+//! snapshotter and serves containerd's Snapshots service on `snapshotter_socket` (0600) until
+//! SIGTERM or SIGINT.
+use crate::config::{Config, DriverChoice};
+use crate::snapshotter::{probe_overlay, service, Driver, Snapshotter, SnapshotterError};
+use std::fs;
+use std::io;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("{context} {path}: {source}")]
+    Io { context: &'static str, path: PathBuf, source: io::Error },
+    #[error("overlayfs was configured ([daemon] driver = \"overlay\") but cannot be used: {0}")]
+    NoOverlay(String),
+    #[error(transparent)]
+    Snapshotter(#[from] SnapshotterError),
+    #[error("serving gRPC: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+fn io_at(context: &'static str, path: &Path) -> impl FnOnce(io::Error) -> DaemonError {
+    let path = path.to_path_buf();
+    move |source| DaemonError::Io { context, path, source }
+}
+
+fn choose_driver(cfg: &Config) -> Result<Driver, DaemonError> {
+    let root = &cfg.daemon.root;
+    match cfg.daemon.driver {
+        DriverChoice::Copy => Ok(Driver::Copy),
+        DriverChoice::Overlay => probe_overlay(root).map_err(DaemonError::NoOverlay),
+        DriverChoice::Auto => Ok(probe_overlay(root).unwrap_or_else(|why| {
+            tracing::warn!(reason = %why, "overlayfs unavailable, using the copying driver");
+            Driver::Copy
+        })),
+    }
+}
+
+/// Binds a unix socket readable and writable by root only, replacing a stale socket file.
+pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, DaemonError> {
+    if let Some(dir) = path.parent() {
+        if !dir.exists() {
+            fs::create_dir_all(dir).map_err(io_at("create socket directory", dir))?;
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io_at("chmod", dir))?;
+        }
+    }
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => fs::remove_file(path).map_err(io_at("remove stale socket", path))?,
+        Ok(_) => {
+            return Err(DaemonError::Io {
+                context: "refusing to replace non-socket file at",
+                path: path.to_path_buf(),
+                source: io::Error::from(io::ErrorKind::AlreadyExists),
+            })
+        }
+        Err(_) => {}
+    }
+    // umask 077 while binding, so the socket is never reachable by others, even briefly.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    let l = tokio::net::UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let l = l.map_err(io_at("bind", path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_at("chmod", path))?;
+    Ok(l)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stop pullgate with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
+    let root = &cfg.daemon.root;
+    fs::create_dir_all(root).map_err(io_at("create root", root))?;
+    fs::set_permissions(root, fs::Permissions::from_mode(0o700)).map_err(io_at("chmod", root))?;
+    let driver = choose_driver(&cfg)?;
+    let snap = {
+        let root = root.clone();
+        tokio::task::spawn_blocking(move || Snapshotter::open(&root, driver))
+            .await
+            .map_err(|e| DaemonError::Io { context: "open snapshotter in", path: cfg.daemon.root.clone(), source: io::Error::other(e) })??
+    };
+    let sock = &cfg.daemon.snapshotter_socket;
+    let listener = bind_socket(sock)?;
+    tracing::info!(root = %root.display(), socket = %sock.display(), driver = ?driver, "pullgate snapshotter serving");
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let result = tonic::transport::Server::builder()
+        .add_service(service::server(Arc::new(snap)))
+        .serve_with_incoming_shutdown(incoming, shutdown_signal())
+        .await;
+    let _ = fs::remove_file(sock);
+    result?;
+    Ok(())
+}

@@ -1,0 +1,16 @@
+//! pullgate: a containerd proxy snapshotter that gates cached private images on registry
+//! re-authentication (Kubernetes KEP-2535 inside the runtime). See DESIGN in README.md.
+//!
+//! The crate is a library with a thin binary on top (`src/main.rs`): the binary parses the
+//! command line ([`cli`]) and calls into the parts below.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::unwrap_used)]
+
+pub mod cli;
+pub mod config;
+pub mod daemon;
+mod metastore;
+pub mod snapshotter;
+
+pub use config::{Config, ConfigError};
+pub use snapshotter::{Driver, Kind, Snapshotter, SnapshotterError};

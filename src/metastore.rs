@@ -1,0 +1,229 @@
+//! metastore: the only module that touches redb. It owns the snapshot metadata database
+//! (`<root>/metadata.redb`) and hands out read and write transactions whose methods speak in
+//! snapshots, never in tables. One write transaction per snapshotter operation; a closure that
+//! returns an error aborts its transaction, so nothing half-done is ever committed.
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Snapshot records by key: JSON of [`Record`].
+const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots");
+/// (parent key, child key) for every snapshot that has a parent.
+const CHILDREN: TableDefinition<(&str, &str), ()> = TableDefinition::new("children");
+/// Named counters ("next_id").
+const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("metadata database: {0}")]
+    Db(#[from] redb::Error),
+    #[error("metadata record for {key:?} is unreadable: {reason}")]
+    Corrupt { key: String, reason: String },
+}
+
+macro_rules! redb_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self { StoreError::Db(redb::Error::from(e)) }
+        }
+    )*};
+}
+redb_errors!(redb::DatabaseError, redb::TransactionError, redb::TableError, redb::StorageError, redb::CommitError);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    View,
+    Active,
+    Committed,
+}
+
+/// What the metadata says about one snapshot. `id` names its directory `snapshots/<id>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub id: u64,
+    pub kind: Kind,
+    /// Key of the parent snapshot, empty for none.
+    pub parent: String,
+    pub labels: BTreeMap<String, String>,
+    /// Nanoseconds since the Unix epoch.
+    pub created: i64,
+    pub updated: i64,
+    /// Disk usage recorded at commit (bytes, inodes).
+    pub size: i64,
+    pub inodes: i64,
+    /// containerd namespace the snapshot was made in ("" if unknown).
+    #[serde(default)]
+    pub namespace: String,
+}
+
+pub struct MetaStore {
+    db: redb::Database,
+}
+
+pub struct ReadTx(redb::ReadTransaction);
+pub struct WriteTx(redb::WriteTransaction);
+
+impl MetaStore {
+    pub fn open(path: &Path) -> Result<MetaStore, StoreError> {
+        let db = redb::Database::create(path)?;
+        // Create the tables once so that read transactions never meet a missing table.
+        let txn = db.begin_write()?;
+        txn.open_table(SNAPSHOTS)?;
+        txn.open_table(CHILDREN)?;
+        txn.open_table(COUNTERS)?;
+        txn.commit()?;
+        Ok(MetaStore { db })
+    }
+
+    pub fn read<T, E: From<StoreError>>(&self, f: impl FnOnce(&ReadTx) -> Result<T, E>) -> Result<T, E> {
+        let tx = ReadTx(self.db.begin_read().map_err(StoreError::from)?);
+        f(&tx)
+    }
+
+    /// Runs `f` in one write transaction, committed only if `f` succeeds.
+    pub fn write<T, E: From<StoreError>>(&self, f: impl FnOnce(&mut WriteTx) -> Result<T, E>) -> Result<T, E> {
+        let mut tx = WriteTx(self.db.begin_write().map_err(StoreError::from)?);
+        let out = f(&mut tx)?;
+        tx.0.commit().map_err(StoreError::from)?;
+        Ok(out)
+    }
+}
+
+fn decode(key: &str, bytes: &[u8]) -> Result<Record, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt { key: key.to_string(), reason: e.to_string() })
+}
+
+fn encode(rec: &Record) -> Vec<u8> {
+    // Serializing a struct of strings and integers into a Vec cannot fail.
+    serde_json::to_vec(rec).unwrap_or_default()
+}
+
+fn get_in<T: ReadableTable<&'static str, &'static [u8]>>(t: &T, key: &str) -> Result<Option<Record>, StoreError> {
+    match t.get(key)? {
+        Some(v) => Ok(Some(decode(key, v.value())?)),
+        None => Ok(None),
+    }
+}
+
+fn all_in<T: ReadableTable<&'static str, &'static [u8]>>(t: &T) -> Result<Vec<(String, Record)>, StoreError> {
+    let mut out = Vec::new();
+    for item in t.iter()? {
+        let (k, v) = item?;
+        out.push((k.value().to_string(), decode(k.value(), v.value())?));
+    }
+    Ok(out)
+}
+
+fn has_children_in<T: ReadableTable<(&'static str, &'static str), ()>>(t: &T, key: &str) -> Result<bool, StoreError> {
+    Ok(t.range((key, "")..)?.next().transpose()?.is_some_and(|(k, _)| k.value().0 == key))
+}
+
+impl ReadTx {
+    pub fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        get_in(&self.0.open_table(SNAPSHOTS)?, key)
+    }
+    pub fn all(&self) -> Result<Vec<(String, Record)>, StoreError> {
+        all_in(&self.0.open_table(SNAPSHOTS)?)
+    }
+}
+
+impl WriteTx {
+    pub fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        get_in(&self.0.open_table(SNAPSHOTS)?, key)
+    }
+
+    pub fn has_children(&self, key: &str) -> Result<bool, StoreError> {
+        has_children_in(&self.0.open_table(CHILDREN)?, key)
+    }
+
+    pub fn next_id(&mut self) -> Result<u64, StoreError> {
+        let mut t = self.0.open_table(COUNTERS)?;
+        let next = t.get("next_id")?.map(|v| v.value()).unwrap_or(1);
+        t.insert("next_id", next + 1)?;
+        Ok(next)
+    }
+
+    /// Inserts or replaces `key`, keeping the parent→child index in step.
+    pub fn put(&mut self, key: &str, rec: &Record) -> Result<(), StoreError> {
+        let old = self.get(key)?;
+        let mut children = self.0.open_table(CHILDREN)?;
+        if let Some(old) = old.filter(|o| !o.parent.is_empty() && o.parent != rec.parent) {
+            children.remove((old.parent.as_str(), key))?;
+        }
+        if !rec.parent.is_empty() {
+            children.insert((rec.parent.as_str(), key), ())?;
+        }
+        drop(children);
+        self.0.open_table(SNAPSHOTS)?.insert(key, encode(rec).as_slice())?;
+        Ok(())
+    }
+
+    pub fn delete(&mut self, key: &str) -> Result<Option<Record>, StoreError> {
+        let old = self.get(key)?;
+        if let Some(old) = &old {
+            if !old.parent.is_empty() {
+                self.0.open_table(CHILDREN)?.remove((old.parent.as_str(), key))?;
+            }
+            self.0.open_table(SNAPSHOTS)?.remove(key)?;
+        }
+        Ok(old)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: u64, parent: &str) -> Record {
+        Record { id, kind: Kind::Committed, parent: parent.into(), labels: BTreeMap::new(), created: 1, updated: 1, size: 0, inodes: 0, namespace: String::new() }
+    }
+
+    #[test]
+    fn children_index_follows_puts_and_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = MetaStore::open(&dir.path().join("m.redb")).unwrap();
+        s.write(|tx| -> Result<(), StoreError> {
+            tx.put("a", &rec(1, ""))?;
+            tx.put("ab", &rec(2, ""))?;
+            tx.put("b", &rec(3, "a"))?;
+            Ok(())
+        })
+        .unwrap();
+        s.write(|tx| -> Result<(), StoreError> {
+            assert!(tx.has_children("a")?);
+            assert!(!tx.has_children("ab")?, "prefix of another key must not count");
+            assert!(!tx.has_children("b")?);
+            tx.delete("b")?;
+            assert!(!tx.has_children("a")?);
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn failed_closure_commits_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = MetaStore::open(&dir.path().join("m.redb")).unwrap();
+        let r: Result<(), StoreError> = s.write(|tx| {
+            tx.put("a", &rec(1, ""))?;
+            Err(StoreError::Corrupt { key: "x".into(), reason: "test".into() })
+        });
+        assert!(r.is_err());
+        assert!(s.read(|tx| tx.get("a")).unwrap().is_none());
+    }
+
+    #[test]
+    fn ids_increase_and_persist() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.redb");
+        {
+            let s = MetaStore::open(&p).unwrap();
+            assert_eq!(s.write(|tx| tx.next_id()).unwrap(), 1);
+            assert_eq!(s.write(|tx| tx.next_id()).unwrap(), 2);
+        }
+        let s = MetaStore::open(&p).unwrap();
+        assert_eq!(s.write(|tx| tx.next_id()).unwrap(), 3);
+    }
+}

@@ -1,0 +1,228 @@
+//! service: the thin gRPC adapter from containerd's Snapshots service to [`Snapshotter`].
+//! Each RPC unwraps its request, runs the domain call on the blocking pool, and maps the
+//! error once through `From<SnapshotterError> for Status`. Proto<->domain conversion is in
+//! `convert` at the bottom.
+use super::rpc::snapshots_server::{Snapshots, SnapshotsServer};
+use super::{Info, Kind, Labels, Mount, Snapshotter, SnapshotterError};
+use containerd_client::services::v1::snapshots as pb;
+use std::pin::Pin;
+use std::sync::Arc;
+use tonic::{Code, Request, Response, Status};
+
+/// gRPC metadata key through which containerd (upstream 1.6+) names the namespace.
+const NAMESPACE_HEADER: &str = "containerd-namespace";
+/// Infos per List response message.
+const LIST_BATCH: usize = 100;
+
+impl From<SnapshotterError> for Status {
+    fn from(e: SnapshotterError) -> Status {
+        let code = match &e {
+            SnapshotterError::NotFound(_) => Code::NotFound,
+            SnapshotterError::AlreadyExists(_) => Code::AlreadyExists,
+            SnapshotterError::FailedPrecondition(_) => Code::FailedPrecondition,
+            SnapshotterError::InvalidArgument(_) | SnapshotterError::Filter(_) => Code::InvalidArgument,
+            SnapshotterError::Store(_) | SnapshotterError::Io { .. } => Code::Internal,
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+pub struct Service {
+    snap: Arc<Snapshotter>,
+}
+
+pub fn server(snap: Arc<Snapshotter>) -> SnapshotsServer<Service> {
+    SnapshotsServer::new(Service { snap })
+}
+
+fn namespace_header<T>(req: &Request<T>) -> Option<String> {
+    req.metadata().get_all(NAMESPACE_HEADER).iter().next().and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+impl Service {
+    async fn run<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Snapshotter) -> Result<T, SnapshotterError> + Send + 'static,
+    ) -> Result<T, Status> {
+        let snap = self.snap.clone();
+        let out = tokio::task::spawn_blocking(move || f(&snap))
+            .await
+            .map_err(|e| Status::internal(format!("{op}: worker failed: {e}")))?;
+        if let Err(e) = &out {
+            tracing::debug!(op, error = %e, "request refused");
+        }
+        Ok(out?)
+    }
+}
+
+type ListStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ListSnapshotsResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Snapshots for Service {
+    async fn prepare(&self, req: Request<pb::PrepareSnapshotRequest>) -> Result<Response<pb::PrepareSnapshotResponse>, Status> {
+        let ns = namespace_header(&req);
+        let r = req.into_inner();
+        tracing::debug!(key = %r.key, parent = %r.parent, "prepare");
+        let mounts = self
+            .run("prepare", move |s| s.prepare(&r.key, &r.parent, convert::labels(r.labels), ns.as_deref()))
+            .await?;
+        Ok(Response::new(pb::PrepareSnapshotResponse { mounts: convert::mounts(mounts) }))
+    }
+
+    async fn view(&self, req: Request<pb::ViewSnapshotRequest>) -> Result<Response<pb::ViewSnapshotResponse>, Status> {
+        let ns = namespace_header(&req);
+        let r = req.into_inner();
+        tracing::debug!(key = %r.key, parent = %r.parent, "view");
+        let mounts = self
+            .run("view", move |s| s.view(&r.key, &r.parent, convert::labels(r.labels), ns.as_deref()))
+            .await?;
+        Ok(Response::new(pb::ViewSnapshotResponse { mounts: convert::mounts(mounts) }))
+    }
+
+    async fn mounts(&self, req: Request<pb::MountsRequest>) -> Result<Response<pb::MountsResponse>, Status> {
+        let r = req.into_inner();
+        let mounts = self.run("mounts", move |s| s.mounts(&r.key)).await?;
+        Ok(Response::new(pb::MountsResponse { mounts: convert::mounts(mounts) }))
+    }
+
+    async fn commit(&self, req: Request<pb::CommitSnapshotRequest>) -> Result<Response<()>, Status> {
+        let r = req.into_inner();
+        tracing::debug!(key = %r.key, name = %r.name, "commit");
+        self.run("commit", move |s| s.commit(&r.name, &r.key, convert::labels(r.labels))).await?;
+        Ok(Response::new(()))
+    }
+
+    async fn remove(&self, req: Request<pb::RemoveSnapshotRequest>) -> Result<Response<()>, Status> {
+        let r = req.into_inner();
+        tracing::debug!(key = %r.key, "remove");
+        self.run("remove", move |s| s.remove(&r.key)).await?;
+        Ok(Response::new(()))
+    }
+
+    async fn stat(&self, req: Request<pb::StatSnapshotRequest>) -> Result<Response<pb::StatSnapshotResponse>, Status> {
+        let r = req.into_inner();
+        let info = self.run("stat", move |s| s.stat(&r.key)).await?;
+        Ok(Response::new(pb::StatSnapshotResponse { info: Some(convert::info(info)) }))
+    }
+
+    async fn update(&self, req: Request<pb::UpdateSnapshotRequest>) -> Result<Response<pb::UpdateSnapshotResponse>, Status> {
+        let r = req.into_inner();
+        let info = r.info.ok_or_else(|| Status::invalid_argument("update: info is required"))?;
+        let paths = r.update_mask.map(|m| m.paths).unwrap_or_default();
+        let info = convert::info_in(info);
+        let out = self.run("update", move |s| s.update(&info, &paths)).await?;
+        Ok(Response::new(pb::UpdateSnapshotResponse { info: Some(convert::info(out)) }))
+    }
+
+    type ListStream = ListStream;
+
+    async fn list(&self, req: Request<pb::ListSnapshotsRequest>) -> Result<Response<Self::ListStream>, Status> {
+        let r = req.into_inner();
+        let infos = self.run("list", move |s| s.walk(&r.filters)).await?;
+        let batches: Vec<Result<pb::ListSnapshotsResponse, Status>> = infos
+            .chunks(LIST_BATCH)
+            .map(|c| Ok(pb::ListSnapshotsResponse { info: c.iter().cloned().map(convert::info).collect() }))
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(batches))))
+    }
+
+    async fn usage(&self, req: Request<pb::UsageRequest>) -> Result<Response<pb::UsageResponse>, Status> {
+        let r = req.into_inner();
+        let (size, inodes) = self.run("usage", move |s| s.usage(&r.key)).await?;
+        Ok(Response::new(pb::UsageResponse { size, inodes }))
+    }
+
+    async fn cleanup(&self, _req: Request<pb::CleanupRequest>) -> Result<Response<()>, Status> {
+        let n = self.run("cleanup", |s| s.cleanup()).await?;
+        tracing::debug!(removed = n, "cleanup");
+        Ok(Response::new(()))
+    }
+}
+
+mod convert {
+    use super::*;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    pub fn labels(l: std::collections::HashMap<String, String>) -> Labels {
+        l.into_iter().collect()
+    }
+
+    pub fn mounts(m: Vec<Mount>) -> Vec<containerd_client::types::Mount> {
+        m.into_iter()
+            .map(|m| containerd_client::types::Mount { r#type: m.kind, source: m.source, target: String::new(), options: m.options })
+            .collect()
+    }
+
+    fn ts(t: SystemTime) -> prost_types::Timestamp {
+        let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        prost_types::Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
+    }
+
+    fn kind(k: Kind) -> pb::Kind {
+        match k {
+            Kind::View => pb::Kind::View,
+            Kind::Active => pb::Kind::Active,
+            Kind::Committed => pb::Kind::Committed,
+        }
+    }
+
+    pub fn info(i: Info) -> pb::Info {
+        pb::Info {
+            name: i.name,
+            parent: i.parent,
+            kind: kind(i.kind) as i32,
+            created_at: Some(ts(i.created)),
+            updated_at: Some(ts(i.updated)),
+            labels: i.labels.into_iter().collect(),
+        }
+    }
+
+    /// Only name and labels of an incoming Info are used (the rest is immutable).
+    pub fn info_in(i: pb::Info) -> Info {
+        Info {
+            name: i.name,
+            parent: i.parent,
+            kind: Kind::Active,
+            labels: labels(i.labels),
+            created: UNIX_EPOCH,
+            updated: UNIX_EPOCH,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_class_has_its_code() {
+        let io = || std::io::Error::other("x");
+        let cases = [
+            (SnapshotterError::NotFound("k".into()), Code::NotFound),
+            (SnapshotterError::AlreadyExists("k".into()), Code::AlreadyExists),
+            (SnapshotterError::FailedPrecondition("p".into()), Code::FailedPrecondition),
+            (SnapshotterError::InvalidArgument("a".into()), Code::InvalidArgument),
+            (SnapshotterError::Filter(super::super::filter::Filter::parse("==").unwrap_err()), Code::InvalidArgument),
+            (SnapshotterError::Io { context: "c".into(), source: io() }, Code::Internal),
+            (
+                SnapshotterError::Store(crate::metastore::StoreError::Corrupt { key: "k".into(), reason: "r".into() }),
+                Code::Internal,
+            ),
+        ];
+        for (e, code) in cases {
+            let msg = e.to_string();
+            let s = Status::from(e);
+            assert_eq!(s.code(), code, "{msg}");
+            assert_eq!(s.message(), msg);
+        }
+    }
+
+    #[test]
+    fn namespace_header_first_value_wins() {
+        let mut r = Request::new(());
+        r.metadata_mut().append(NAMESPACE_HEADER, "first".parse().unwrap());
+        r.metadata_mut().append(NAMESPACE_HEADER, "second".parse().unwrap());
+        assert_eq!(namespace_header(&r).as_deref(), Some("first"));
+    }
+}
