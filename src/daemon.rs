@@ -57,11 +57,8 @@ pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, DaemonError>
         }
         Err(_) => {}
     }
-    // umask 077 while binding, so the socket is never reachable by others, even briefly.
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    let l = tokio::net::UnixListener::bind(path);
-    nix::sys::stat::umask(old);
-    let l = l.map_err(io_at("bind", path))?;
+    // serve() set umask 077, so the socket is never reachable by others, even briefly.
+    let l = tokio::net::UnixListener::bind(path).map_err(io_at("bind", path))?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_at("chmod", path))?;
     Ok(l)
 }
@@ -79,6 +76,9 @@ async fn shutdown_signal() {
 }
 
 pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
+    // Everything pullgate creates is root-only unless it sets a mode on purpose (snapshot
+    // roots are 0755, as containerd expects).
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let root = &cfg.daemon.root;
     fs::create_dir_all(root).map_err(io_at("create root", root))?;
     fs::set_permissions(root, fs::Permissions::from_mode(0o700)).map_err(io_at("chmod", root))?;

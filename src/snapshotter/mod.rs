@@ -203,6 +203,7 @@ impl Snapshotter {
         }
         validate_labels(&labels)?;
         let namespace = namespace_of_key(key).or(ns_hint).unwrap_or_default().to_string();
+        tracing::debug!(%namespace, key, parent, ?kind, "create snapshot");
         let _g = self.read_lock();
 
         // Check the parent before staging, so the copy driver copies the right data and

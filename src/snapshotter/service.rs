@@ -63,7 +63,6 @@ impl Snapshots for Service {
     async fn prepare(&self, req: Request<pb::PrepareSnapshotRequest>) -> Result<Response<pb::PrepareSnapshotResponse>, Status> {
         let ns = namespace_header(&req);
         let r = req.into_inner();
-        tracing::debug!(key = %r.key, parent = %r.parent, "prepare");
         let mounts = self
             .run("prepare", move |s| s.prepare(&r.key, &r.parent, convert::labels(r.labels), ns.as_deref()))
             .await?;
@@ -73,7 +72,6 @@ impl Snapshots for Service {
     async fn view(&self, req: Request<pb::ViewSnapshotRequest>) -> Result<Response<pb::ViewSnapshotResponse>, Status> {
         let ns = namespace_header(&req);
         let r = req.into_inner();
-        tracing::debug!(key = %r.key, parent = %r.parent, "view");
         let mounts = self
             .run("view", move |s| s.view(&r.key, &r.parent, convert::labels(r.labels), ns.as_deref()))
             .await?;

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Writes a byte-for-byte reproducible OCI image layout for pullgate's tests and benchmarks.
+
+  mkimage.py DIR --tag TAG [--message TEXT] [--extra-layers N --layer-mb MB --seed S]
+
+The image has busybox (Debian's busybox-static) in its base layer, a layer that a later layer
+whites out, and a top layer with /msg. Its command prints /msg and lists /etc/pullgate-test:
+  <TEXT>
+  two
+--extra-layers adds N layers of MB megabytes of seeded random (incompressible) data each, for
+benchmarks. The same arguments always give the same digests.
+"""
+import argparse, gzip, hashlib, io, json, os, random, tarfile
+
+BUSYBOX = "/bin/busybox"
+APPLETS = ["sh", "cat", "ls", "echo", "true", "sleep"]
+
+
+def tar_bytes(entries):
+    """entries: list of (path, kind, data_or_target, mode). Deterministic tar."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for path, kind, data, mode in entries:
+            ti = tarfile.TarInfo(path)
+            ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname, ti.mode = 0, 0, 0, "", "", mode
+            if kind == "dir":
+                ti.type = tarfile.DIRTYPE
+                tf.addfile(ti)
+            elif kind == "sym":
+                ti.type, ti.linkname = tarfile.SYMTYPE, data
+                tf.addfile(ti)
+            else:
+                ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def blob(out, data):
+    d = hashlib.sha256(data).hexdigest()
+    with open(os.path.join(out, "blobs", "sha256", d), "wb") as f:
+        f.write(data)
+    return "sha256:" + d, len(data)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--tag", default="latest")
+    ap.add_argument("--message", default="hello from pullgate")
+    ap.add_argument("--extra-layers", type=int, default=0)
+    ap.add_argument("--layer-mb", type=float, default=10)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+
+    with open(BUSYBOX, "rb") as f:
+        bb = f.read()
+    layers = [
+        [("bin", "dir", None, 0o755), ("bin/busybox", "file", bb, 0o755)]
+        + [("bin/" + x, "sym", "busybox", 0o777) for x in APPLETS]
+        + [("etc", "dir", None, 0o755), ("tmp", "dir", None, 0o1777)],
+        [("etc/pullgate-test", "dir", None, 0o755), ("etc/pullgate-test/one", "file", b"layer two\n", 0o644)],
+        [("etc/pullgate-test", "dir", None, 0o755), ("etc/pullgate-test/.wh.one", "file", b"", 0o644),
+         ("etc/pullgate-test/two", "file", b"layer three\n", 0o644)],
+    ]
+    rng = random.Random(a.seed)
+    for i in range(a.extra_layers):
+        size = int(a.layer_mb * 1024 * 1024)
+        layers.append([("data", "dir", None, 0o755), (f"data/blob-{i}", "file", rng.randbytes(size), 0o644)])
+    layers.append([("msg", "file", (a.message + "\n").encode(), 0o644)])
+
+    out = a.dir
+    os.makedirs(os.path.join(out, "blobs", "sha256"), exist_ok=True)
+    diff_ids, descs = [], []
+    for entries in layers:
+        raw = tar_bytes(entries)
+        diff_ids.append("sha256:" + hashlib.sha256(raw).hexdigest())
+        zbuf = io.BytesIO()
+        with gzip.GzipFile(fileobj=zbuf, mode="wb", mtime=0, compresslevel=1 if len(raw) > 1 << 20 else 6) as g:
+            g.write(raw)
+        d, n = blob(out, zbuf.getvalue())
+        descs.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": d, "size": n})
+    config = {
+        "architecture": "amd64", "os": "linux", "created": "2026-01-01T00:00:00Z",
+        "config": {"Cmd": ["/bin/sh", "-c", "cat /msg; ls /etc/pullgate-test"], "Env": ["PATH=/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "history": [{"created": "2026-01-01T00:00:00Z", "created_by": "pullgate tests/mkimage.py"} for _ in layers],
+    }
+    cd, cn = blob(out, json.dumps(config, sort_keys=True, separators=(",", ":")).encode())
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cn},
+                "layers": descs}
+    md, mn = blob(out, json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode())
+    index = {"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": mn,
+        "platform": {"architecture": "amd64", "os": "linux"},
+        "annotations": {"org.opencontainers.image.ref.name": a.tag}}]}
+    with open(os.path.join(out, "index.json"), "w") as f:
+        json.dump(index, f, sort_keys=True)
+    with open(os.path.join(out, "oci-layout"), "w") as f:
+        json.dump({"imageLayoutVersion": "1.0.0"}, f)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
