@@ -28,8 +28,18 @@ pub enum Command {
     },
 }
 
+/// A bare level ("debug") applies to pullgate's own events; the libraries underneath (h2,
+/// tonic) stay at warn. Anything else is a full EnvFilter directive.
+fn log_filter(level: &str) -> String {
+    match level {
+        "error" | "warn" | "info" | "debug" | "trace" => format!("warn,pullgate={level}"),
+        other => other.to_string(),
+    }
+}
+
 fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -67,5 +77,16 @@ pub fn run(cli: Cli) -> i32 {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_levels_scope_to_pullgate() {
+        assert_eq!(log_filter("debug"), "warn,pullgate=debug");
+        assert_eq!(log_filter("info,h2=trace"), "info,h2=trace");
     }
 }
