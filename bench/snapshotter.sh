@@ -3,7 +3,7 @@
 # run on the same containerd 1.6 (both snapshotters enabled), same registry, same image.
 #   1. pull + unpack of a 9-layer, ~52 MB image into an empty content store (median of REPS)
 #   2. `ctr run --rm` of the unpacked image (median of RUNS)
-# Prints medians and the ratio pullgate / overlayfs. Usage: sudo bench/snapshotter.sh
+# The order alternates between repetitions. Prints medians and the ratio pullgate / overlayfs. Usage: sudo bench/snapshotter.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/setup.sh" >/dev/null
@@ -26,8 +26,9 @@ echo "image: $nlayers layers, ${size} MB compressed; containerd 1.6 with overlay
 now() { date +%s.%N; }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 declare -A PULL RUN
+order() { if [ $(($1 % 2)) -eq 1 ]; then echo overlayfs pullgate; else echo pullgate overlayfs; fi; }
 for rep in $(seq 1 "$REPS"); do
-  for sn in overlayfs pullgate; do
+  for sn in $(order "$rep"); do
     ctr_ -n bench images rm --sync "$IMG" >/dev/null 2>&1 || true
     t0=$(now)
     ctr_ -n bench images pull --plain-http --snapshotter "$sn" "$IMG" >/dev/null
@@ -41,7 +42,7 @@ ctr_ -n bench images pull --plain-http --snapshotter overlayfs "$IMG" >/dev/null
 ctr_ -n bench images unpack --snapshotter pullgate "$IMG" >/dev/null 2>&1 || \
   ctr_ -n bench images pull --plain-http --snapshotter pullgate "$IMG" >/dev/null
 for i in $(seq 1 "$RUNS"); do
-  for sn in overlayfs pullgate; do
+  for sn in $(order "$i"); do
     t0=$(now)
     ctr_ -n bench run --rm --snapshotter "$sn" "$IMG" "bench-$sn-$i" >/dev/null
     t1=$(now)
