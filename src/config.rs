@@ -18,6 +18,80 @@ pub enum ConfigError {
 pub struct Config {
     #[serde(default)]
     pub daemon: DaemonConfig,
+    #[serde(default)]
+    pub policy: PolicyConfig,
+    /// Per-namespace settings, `[namespaces."NAME"]`.
+    #[serde(default)]
+    pub namespaces: std::collections::BTreeMap<String, NamespaceConfig>,
+    #[serde(default)]
+    pub registry: RegistryConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// KEP-2535 policy: NeverVerify, NeverVerifyPreloadedImages (default),
+    /// NeverVerifyAllowlistedImages, AlwaysVerify.
+    #[serde(default)]
+    pub verification: crate::gate::Policy,
+    /// Repositories (`host/path`) or prefixes (`host/path/*`) exempt under
+    /// NeverVerifyAllowlistedImages.
+    #[serde(default)]
+    pub allowlist: Vec<String>,
+    /// Grants older than this no longer count: `90s`, `15m`, `12h`, `7d`. Unset: never expire.
+    #[serde(default)]
+    pub reverify_after: Option<String>,
+    /// After an authenticated fetch, ask the origin anonymously whether it serves the blob too;
+    /// if so the layer is public.
+    #[serde(default)]
+    pub probe_anonymous: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceConfig {
+    /// Containers in this namespace must name a principal, and only per-principal grants count.
+    #[serde(default)]
+    pub require_principal: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// containerd-style hosts directory (`DIR/<host[:port]>/hosts.toml`) for registries'
+    /// scheme and TLS settings; the CLI's `--hosts-dir` overrides it per request.
+    #[serde(default)]
+    pub hosts_dir: Option<PathBuf>,
+}
+
+/// Parses `90s`, `15m`, `12h`, `7d` (or bare seconds) into seconds.
+pub fn parse_duration_secs(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 's') => (&s[..i], 1),
+        (i, 'm') => (&s[..i], 60),
+        (i, 'h') => (&s[..i], 3600),
+        (i, 'd') => (&s[..i], 86400),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().filter(|n| *n > 0)?.checked_mul(mult)
+}
+
+impl Config {
+    /// The gate's configuration (validated by `parse`).
+    pub fn gate(&self) -> crate::gate::GateConfig {
+        crate::gate::GateConfig {
+            policy: self.policy.verification,
+            allowlist: self.policy.allowlist.iter().filter_map(|a| crate::reference::AllowPattern::parse(a).ok()).collect(),
+            reverify_after_ns: self
+                .policy
+                .reverify_after
+                .as_deref()
+                .and_then(parse_duration_secs)
+                .map(|s| (s as i64).saturating_mul(1_000_000_000)),
+            require_principal: self.namespaces.iter().filter(|(_, n)| n.require_principal).map(|(k, _)| k.clone()).collect(),
+        }
+    }
 }
 
 /// Storage driver: overlayfs, a copying fallback, or pick at start-up.
@@ -106,6 +180,19 @@ impl Config {
         }
         tracing_subscriber::EnvFilter::try_new(&d.log_level)
             .map_err(|e| ConfigError::Invalid(format!("[daemon] log_level {:?}: {e}", d.log_level)))?;
+        for a in &self.policy.allowlist {
+            crate::reference::AllowPattern::parse(a).map_err(|e| ConfigError::Invalid(format!("[policy] allowlist: {e}")))?;
+        }
+        if let Some(r) = &self.policy.reverify_after {
+            parse_duration_secs(r).ok_or_else(|| {
+                ConfigError::Invalid(format!("[policy] reverify_after {r:?}: expected a positive duration like 90s, 15m, 12h, 7d"))
+            })?;
+        }
+        for ns in self.namespaces.keys() {
+            if ns.is_empty() || ns.chars().any(|c| c.is_control() || c == '/') {
+                return Err(ConfigError::Invalid(format!("[namespaces] {ns:?} is not a containerd namespace name")));
+            }
+        }
         Ok(())
     }
 }
@@ -129,6 +216,24 @@ mod tests {
         .unwrap();
         assert_eq!(c.daemon.snapshotter_socket, PathBuf::from("/s"));
         assert_eq!(c.daemon.driver, DriverChoice::Copy);
+    }
+
+    #[test]
+    fn gate_keys() {
+        let c = Config::parse(
+            "[policy]\nverification='AlwaysVerify'\nallowlist=['reg.io/pub/*']\nreverify_after='2m'\nprobe_anonymous=true\n[namespaces.\"team-b\"]\nrequire_principal=true\n[registry]\nhosts_dir='/etc/containerd/certs.d'\n",
+        )
+        .unwrap();
+        let g = c.gate();
+        assert_eq!(g.policy, crate::gate::Policy::AlwaysVerify);
+        assert_eq!(g.reverify_after_ns, Some(120_000_000_000));
+        assert!(g.require_principal.contains("team-b"));
+        assert!(g.allowlist[0].matches("reg.io/pub/x"));
+        assert_eq!(parse_duration_secs("7d"), Some(604800));
+        assert_eq!(parse_duration_secs("0s"), None);
+        for bad in ["[policy]\nverification='Sometimes'", "[policy]\nallowlist=['reg.io/app:v1']", "[policy]\nreverify_after='soon'"] {
+            assert!(Config::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -85,7 +85,8 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
     let driver = choose_driver(&cfg)?;
     let snap = {
         let root = root.clone();
-        tokio::task::spawn_blocking(move || Snapshotter::open(&root, driver))
+        let gate = crate::gate::Gate::new(cfg.gate());
+        tokio::task::spawn_blocking(move || Snapshotter::open(&root, driver, gate))
             .await
             .map_err(|e| DaemonError::Io { context: "open snapshotter in", path: cfg.daemon.root.clone(), source: io::Error::other(e) })??
     };

@@ -8,8 +8,13 @@
 
 pub mod cli;
 pub mod config;
+pub mod credential;
 pub mod daemon;
+pub mod gate;
+pub mod ledger;
 mod metastore;
+pub mod reference;
+pub mod registry;
 pub mod snapshotter;
 
 pub use config::{Config, ConfigError};

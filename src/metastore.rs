@@ -1,7 +1,8 @@
-//! metastore: the only module that touches redb. It owns the snapshot metadata database
-//! (`<root>/metadata.redb`) and hands out read and write transactions whose methods speak in
-//! snapshots, never in tables. One write transaction per snapshotter operation; a closure that
-//! returns an error aborts its transaction, so nothing half-done is ever committed.
+//! metastore: the only module that touches redb. It owns the database (`<root>/metadata.redb`)
+//! holding the snapshot metadata and the ledger (blob origins, manifests, layers, chains,
+//! grants), and hands out read and write transactions whose methods speak in snapshots and
+//! ledger collections, never in tables. One write transaction per logical change; a closure
+//! that returns an error aborts its transaction, so nothing half-done is ever committed.
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -13,6 +14,46 @@ const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots"
 const CHILDREN: TableDefinition<(&str, &str), ()> = TableDefinition::new("children");
 /// Named counters ("next_id").
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+
+/// The ledger's collections. Values are JSON; composite keys join their parts with NUL, which
+/// no validated name can contain.
+#[derive(Debug, Clone, Copy)]
+pub enum Collection {
+    /// `digest NUL origin` -> who fetched the blob's bytes from that origin.
+    BlobOrigins,
+    /// manifest digest -> config, layers, diffIDs.
+    Manifests,
+    /// diffID -> compressed blobs, public flag, manifests containing it.
+    Layers,
+    /// chainID -> (parent chainID, diffID).
+    Chains,
+    /// `namespace NUL principal NUL origin NUL manifest` -> identity and time verified.
+    Grants,
+}
+
+impl Collection {
+    const ALL: [Collection; 5] =
+        [Collection::BlobOrigins, Collection::Manifests, Collection::Layers, Collection::Chains, Collection::Grants];
+    fn def(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
+        match self {
+            Collection::BlobOrigins => TableDefinition::new("ledger_blob_origins"),
+            Collection::Manifests => TableDefinition::new("ledger_manifests"),
+            Collection::Layers => TableDefinition::new("ledger_layers"),
+            Collection::Chains => TableDefinition::new("ledger_chains"),
+            Collection::Grants => TableDefinition::new("ledger_grants"),
+        }
+    }
+}
+
+/// Joins composite key parts.
+pub fn key(parts: &[&str]) -> String {
+    parts.join("\0")
+}
+
+/// Splits a composite key.
+pub fn split_key(k: &str) -> Vec<&str> {
+    k.split('\0').collect()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -56,6 +97,15 @@ pub struct Record {
     /// containerd namespace the snapshot was made in ("" if unknown).
     #[serde(default)]
     pub namespace: String,
+    /// chainID of the image chain this snapshot materialises ("" if none or unknown).
+    #[serde(default)]
+    pub chain_id: String,
+    /// diffIDs of the ledger-known layers in the snapshot, base first.
+    #[serde(default)]
+    pub diff_ids: Vec<String>,
+    /// Layers in the snapshot that pullgate has no record of.
+    #[serde(default)]
+    pub unknown_layers: u32,
 }
 
 pub struct MetaStore {
@@ -73,6 +123,9 @@ impl MetaStore {
         txn.open_table(SNAPSHOTS)?;
         txn.open_table(CHILDREN)?;
         txn.open_table(COUNTERS)?;
+        for c in Collection::ALL {
+            txn.open_table(c.def())?;
+        }
         txn.commit()?;
         Ok(MetaStore { db })
     }
@@ -120,6 +173,71 @@ fn has_children_in<T: ReadableTable<(&'static str, &'static str), ()>>(t: &T, ke
     Ok(t.range((key, "")..)?.next().transpose()?.is_some_and(|(k, _)| k.value().0 == key))
 }
 
+fn get_json_in<V: serde::de::DeserializeOwned, T: ReadableTable<&'static str, &'static [u8]>>(
+    t: &T,
+    k: &str,
+) -> Result<Option<V>, StoreError> {
+    match t.get(k)? {
+        Some(v) => serde_json::from_slice(v.value())
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt { key: k.replace('\0', "|"), reason: e.to_string() }),
+        None => Ok(None),
+    }
+}
+
+fn scan_in<V: serde::de::DeserializeOwned, T: ReadableTable<&'static str, &'static [u8]>>(
+    t: &T,
+    prefix: &str,
+) -> Result<Vec<(String, V)>, StoreError> {
+    let mut out = Vec::new();
+    for item in t.range(prefix..)? {
+        let (k, v) = item?;
+        if !k.value().starts_with(prefix) {
+            break;
+        }
+        let val = serde_json::from_slice(v.value())
+            .map_err(|e| StoreError::Corrupt { key: k.value().replace('\0', "|"), reason: e.to_string() })?;
+        out.push((k.value().to_string(), val));
+    }
+    Ok(out)
+}
+
+/// Reads of ledger collections, in a read or a write transaction.
+pub trait LedgerRead {
+    fn get_json<V: serde::de::DeserializeOwned>(&self, c: Collection, k: &str) -> Result<Option<V>, StoreError>;
+    /// Every entry whose key starts with `prefix`, in key order.
+    fn scan<V: serde::de::DeserializeOwned>(&self, c: Collection, prefix: &str) -> Result<Vec<(String, V)>, StoreError>;
+}
+
+impl LedgerRead for ReadTx {
+    fn get_json<V: serde::de::DeserializeOwned>(&self, c: Collection, k: &str) -> Result<Option<V>, StoreError> {
+        get_json_in(&self.0.open_table(c.def())?, k)
+    }
+    fn scan<V: serde::de::DeserializeOwned>(&self, c: Collection, prefix: &str) -> Result<Vec<(String, V)>, StoreError> {
+        scan_in(&self.0.open_table(c.def())?, prefix)
+    }
+}
+
+impl LedgerRead for WriteTx {
+    fn get_json<V: serde::de::DeserializeOwned>(&self, c: Collection, k: &str) -> Result<Option<V>, StoreError> {
+        get_json_in(&self.0.open_table(c.def())?, k)
+    }
+    fn scan<V: serde::de::DeserializeOwned>(&self, c: Collection, prefix: &str) -> Result<Vec<(String, V)>, StoreError> {
+        scan_in(&self.0.open_table(c.def())?, prefix)
+    }
+}
+
+impl WriteTx {
+    pub fn put_json<V: Serialize>(&mut self, c: Collection, k: &str, v: &V) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(v).map_err(|e| StoreError::Corrupt { key: k.replace('\0', "|"), reason: e.to_string() })?;
+        self.0.open_table(c.def())?.insert(k, bytes.as_slice())?;
+        Ok(())
+    }
+    pub fn delete_json(&mut self, c: Collection, k: &str) -> Result<bool, StoreError> {
+        Ok(self.0.open_table(c.def())?.remove(k)?.is_some())
+    }
+}
+
 impl ReadTx {
     pub fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         get_in(&self.0.open_table(SNAPSHOTS)?, key)
@@ -130,6 +248,10 @@ impl ReadTx {
 }
 
 impl WriteTx {
+    pub fn all(&self) -> Result<Vec<(String, Record)>, StoreError> {
+        all_in(&self.0.open_table(SNAPSHOTS)?)
+    }
+
     pub fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         get_in(&self.0.open_table(SNAPSHOTS)?, key)
     }
@@ -177,7 +299,7 @@ mod tests {
     use super::*;
 
     fn rec(id: u64, parent: &str) -> Record {
-        Record { id, kind: Kind::Committed, parent: parent.into(), labels: BTreeMap::new(), created: 1, updated: 1, size: 0, inodes: 0, namespace: String::new() }
+        Record { id, kind: Kind::Committed, parent: parent.into(), labels: BTreeMap::new(), created: 1, updated: 1, size: 0, inodes: 0, namespace: String::new(), chain_id: String::new(), diff_ids: vec![], unknown_layers: 0 }
     }
 
     #[test]

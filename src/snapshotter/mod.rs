@@ -11,6 +11,7 @@ pub use crate::metastore::Kind;
 pub use filter::FilterError;
 pub use layout::{probe_overlay, Driver, Mount};
 
+use crate::gate::{ChainInfo, Gate, GateError, Subject};
 use crate::metastore::{MetaStore, Record, StoreError};
 use layout::Layout;
 use std::cell::Cell;
@@ -25,6 +26,10 @@ pub const MAX_LABEL_SIZE: usize = 4096;
 pub const MAX_LABELS_TOTAL: usize = 64 * 1024;
 /// Longest key accepted.
 pub const MAX_KEY_SIZE: usize = 4096;
+/// The label through which a client names the principal (pod) inside a namespace.
+pub const PRINCIPAL_LABEL: &str = "containerd.io/snapshot/pullgate.principal";
+/// The label containerd's unpacker sets to the target chainID of an extract.
+pub const SNAPSHOT_REF_LABEL: &str = "containerd.io/snapshot.ref";
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -42,6 +47,8 @@ pub enum SnapshotterError {
     Filter(#[from] FilterError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Gate(#[from] GateError),
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
 }
@@ -79,6 +86,7 @@ impl filter::Adaptor for Info {
 pub struct Snapshotter {
     store: MetaStore,
     layout: Layout,
+    gate: Gate,
     /// Cleanup takes it exclusively so that no staged directory is mistaken for garbage.
     cleanup_lock: RwLock<()>,
 }
@@ -119,6 +127,34 @@ pub fn validate_key(what: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
+/// A principal names a pod or workload inside a namespace: printable, no path separators.
+pub fn validate_principal(p: &str) -> Result<()> {
+    if p.len() > 253 || p.chars().any(|c| c.is_control() || c == '/' || c.is_whitespace()) {
+        return Err(SnapshotterError::InvalidArgument(format!(
+            "invalid principal {p:?}: at most 253 printable characters, no whitespace or '/'"
+        )));
+    }
+    Ok(())
+}
+
+/// The target chainID when this request is an unpack step: containerd's unpackers prepare
+/// `extract-<random> <chainID>` and set `containerd.io/snapshot.ref` to it.
+pub fn extract_target(kind: Kind, key: &str, labels: &Labels) -> Option<String> {
+    if kind != Kind::Active {
+        return None;
+    }
+    if let Some(t) = labels.get(SNAPSHOT_REF_LABEL) {
+        return Some(t.clone());
+    }
+    let name = match namespace_of_key(key) {
+        Some(ns) => key[ns.len() + 1..].split_once('/').map(|(_, rest)| rest).unwrap_or(key),
+        None => key,
+    };
+    let rest = name.strip_prefix("extract-")?;
+    let (_, target) = rest.rsplit_once(' ')?;
+    crate::reference::is_digest(target).then(|| target.to_string())
+}
+
 pub fn validate_labels(labels: &Labels) -> Result<()> {
     let mut total = 0;
     for (k, v) in labels {
@@ -153,12 +189,12 @@ fn info_of(name: &str, r: &Record) -> Info {
 impl Snapshotter {
     /// Opens (or creates) a snapshotter rooted at `root` and removes directories left over by
     /// a crash.
-    pub fn open(root: &Path, driver: Driver) -> Result<Snapshotter> {
+    pub fn open(root: &Path, driver: Driver, gate: Gate) -> Result<Snapshotter> {
         std::fs::create_dir_all(root)
             .map_err(|source| SnapshotterError::Io { context: format!("create {}", root.display()), source })?;
         let layout = Layout::new(root, driver)?;
         let store = MetaStore::open(&root.join("metadata.redb"))?;
-        let s = Snapshotter { store, layout, cleanup_lock: RwLock::new(()) };
+        let s = Snapshotter { store, layout, gate, cleanup_lock: RwLock::new(()) };
         let removed = s.cleanup()?;
         if removed > 0 {
             tracing::info!(removed, "removed directories left over by an interrupted operation");
@@ -168,6 +204,11 @@ impl Snapshotter {
 
     pub fn driver(&self) -> Driver {
         self.layout.driver
+    }
+
+    /// The metastore, shared with the ledger's writers (pull, verify, revoke).
+    pub fn store(&self) -> &MetaStore {
+        &self.store
     }
 
     fn read_lock(&self) -> std::sync::RwLockReadGuard<'_, ()> {
@@ -203,7 +244,10 @@ impl Snapshotter {
         }
         validate_labels(&labels)?;
         let namespace = namespace_of_key(key).or(ns_hint).unwrap_or_default().to_string();
-        tracing::debug!(%namespace, key, parent, ?kind, "create snapshot");
+        let principal = labels.get(PRINCIPAL_LABEL).cloned().unwrap_or_default();
+        validate_principal(&principal)?;
+        let target = extract_target(kind, key, &labels);
+        tracing::debug!(%namespace, key, parent, ?kind, %principal, target = target.as_deref().unwrap_or(""), "create snapshot");
         let _g = self.read_lock();
 
         // Check the parent before staging, so the copy driver copies the right data and
@@ -230,6 +274,28 @@ impl Snapshotter {
             if parents.first().copied() != parent_id {
                 return Err(SnapshotterError::FailedPrecondition(format!("parent {parent:?} changed during prepare")));
             }
+            let parent_chain = match parent {
+                "" => ChainInfo::default(),
+                p => {
+                    let r = tx.get(p)?.ok_or_else(|| SnapshotterError::NotFound(p.into()))?;
+                    ChainInfo { chain_id: r.chain_id, diff_ids: r.diff_ids, unknown_layers: r.unknown_layers }
+                }
+            };
+            let subject = Subject { namespace: &namespace, principal: &principal };
+            let chain = match &target {
+                Some(t) => {
+                    let next = self.gate.extract(&*tx, &subject, &parent_chain, t)?;
+                    // An authorised unpack of a chain pullgate already holds: containerd adopts it.
+                    if labels.get(SNAPSHOT_REF_LABEL) == Some(t) && Self::find_committed(tx, t, parent)?.is_some() {
+                        return Err(SnapshotterError::AlreadyExists(format!("target {t}")));
+                    }
+                    next
+                }
+                None => {
+                    self.gate.use_chain(&*tx, &subject, &parent_chain)?;
+                    ChainInfo { chain_id: String::new(), ..parent_chain }
+                }
+            };
             let id = tx.next_id()?;
             let now = now_nanos();
             let rec = Record {
@@ -241,7 +307,10 @@ impl Snapshotter {
                 updated: now,
                 size: 0,
                 inodes: 0,
-                namespace,
+                namespace: namespace.clone(),
+                chain_id: chain.chain_id,
+                diff_ids: chain.diff_ids,
+                unknown_layers: chain.unknown_layers,
             };
             tx.put(key, &rec)?;
             self.layout.install(&staged, id)?;
@@ -255,6 +324,15 @@ impl Snapshotter {
             }
         }
         result
+    }
+
+    /// A committed snapshot carrying `containerd.io/snapshot.ref` = `target` on `parent`.
+    fn find_committed(tx: &crate::metastore::WriteTx, target: &str, parent: &str) -> Result<Option<String>> {
+        Ok(tx
+            .all()?
+            .into_iter()
+            .find(|(_, r)| r.kind == Kind::Committed && r.parent == parent && r.labels.get(SNAPSHOT_REF_LABEL).map(String::as_str) == Some(target))
+            .map(|(k, _)| k))
     }
 
     pub fn mounts(&self, key: &str) -> Result<Vec<Mount>> {
@@ -393,7 +471,7 @@ mod tests {
 
     fn snap() -> (tempfile::TempDir, Snapshotter) {
         let dir = tempfile::tempdir().unwrap();
-        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }).unwrap();
+        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, Gate::new(Default::default())).unwrap();
         (dir, s)
     }
 

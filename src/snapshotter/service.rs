@@ -21,6 +21,7 @@ impl From<SnapshotterError> for Status {
             SnapshotterError::AlreadyExists(_) => Code::AlreadyExists,
             SnapshotterError::FailedPrecondition(_) => Code::FailedPrecondition,
             SnapshotterError::InvalidArgument(_) | SnapshotterError::Filter(_) => Code::InvalidArgument,
+            SnapshotterError::Gate(_) => Code::PermissionDenied,
             SnapshotterError::Store(_) | SnapshotterError::Io { .. } => Code::Internal,
         };
         Status::new(code, e.to_string())

@@ -1,0 +1,243 @@
+//! gate: the decision on Prepare and View. A protected layer (known to the ledger and not
+//! public) may be materialised (extract) in namespace N only if N holds a fresh grant, at an
+//! origin that served the layer's bytes, for a manifest containing it; a chain may be used
+//! (container rootfs, view) by principal P only if (N, P) — or (N, "") namespace-wide, unless
+//! the namespace requires principals — holds such a grant for every protected layer in it.
+//! Layers pullgate has no record of follow the KEP-2535 policy. Any ledger read error denies.
+use crate::ledger::{self, LayerRec};
+use crate::metastore::{LedgerRead, StoreError};
+use crate::reference::AllowPattern;
+use std::collections::HashSet;
+use std::fmt;
+
+/// KEP-2535's image pull credential verification policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+pub enum Policy {
+    NeverVerify,
+    #[default]
+    NeverVerifyPreloadedImages,
+    NeverVerifyAllowlistedImages,
+    AlwaysVerify,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GateConfig {
+    pub policy: Policy,
+    pub allowlist: Vec<AllowPattern>,
+    /// Grants older than this (nanoseconds) no longer count.
+    pub reverify_after_ns: Option<i64>,
+    pub require_principal: HashSet<String>,
+}
+
+/// Who asks.
+#[derive(Debug, Clone)]
+pub struct Subject<'a> {
+    pub namespace: &'a str,
+    pub principal: &'a str,
+}
+
+/// Why a request was refused; its Display is the message containerd's client shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Denial {
+    pub namespace: String,
+    pub principal: String,
+    /// The layer (diffID) or chain concerned.
+    pub subject: String,
+    /// An image reference containing it, when known.
+    pub image: Option<String>,
+    pub reason: String,
+    pub fix: String,
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = if self.principal.is_empty() { "no principal".to_string() } else { format!("principal {:?}", self.principal) };
+        write!(f, "pullgate denied namespace {:?} ({who}): {}", self.namespace, self.subject)?;
+        if let Some(i) = &self.image {
+            write!(f, " of image {i}")?;
+        }
+        write!(f, ": {}; to fix: {}", self.reason, self.fix)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GateError {
+    #[error("{0}")]
+    Denied(Box<Denial>),
+    #[error("pullgate denied the request: the ledger cannot be read ({0}); failing closed")]
+    Ledger(#[from] StoreError),
+}
+
+/// What the gate knows about a chain (a snapshot's layers).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChainInfo {
+    /// chainID of the chain, empty when unknown.
+    pub chain_id: String,
+    /// Known layers (diffIDs), base first.
+    pub diff_ids: Vec<String>,
+    /// Layers pullgate has no record of.
+    pub unknown_layers: u32,
+}
+
+pub struct Gate {
+    pub cfg: GateConfig,
+}
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+impl Gate {
+    pub fn new(cfg: GateConfig) -> Gate {
+        Gate { cfg }
+    }
+
+    fn deny(&self, s: &Subject, subject: String, image: Option<String>, reason: String, fix: String) -> GateError {
+        GateError::Denied(Box::new(Denial {
+            namespace: s.namespace.to_string(),
+            principal: s.principal.to_string(),
+            subject,
+            image,
+            reason,
+            fix,
+        }))
+    }
+
+    fn fix_verify(&self, s: &Subject, image: Option<&str>) -> String {
+        let p = if s.principal.is_empty() { String::new() } else { format!(" --principal {}", s.principal) };
+        format!("pullgate verify -n {}{p} --user USER:PASSWORD {}", s.namespace, image.unwrap_or("IMAGE"))
+    }
+
+    /// Extract: which layer an unpack step with target chain `target` on top of `parent`
+    /// applies, and whether namespace `s.namespace` may materialise it. Returns the new chain.
+    pub fn extract(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo, target: &str) -> Result<ChainInfo, GateError> {
+        self.check_chain(tx, s, parent, false)?;
+        let applied = self.applied_layer(tx, parent, target)?;
+        let mut next = ChainInfo { chain_id: target.to_string(), diff_ids: parent.diff_ids.clone(), unknown_layers: parent.unknown_layers };
+        match applied {
+            Some(d) => {
+                self.check_layer(tx, s, &d, false)?;
+                next.diff_ids.push(d);
+            }
+            None => {
+                self.check_unknown(s, target)?;
+                next.unknown_layers += 1;
+            }
+        }
+        Ok(next)
+    }
+
+    /// Use: a container rootfs or a view on top of `parent`, by `s.principal`.
+    pub fn use_chain(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo) -> Result<(), GateError> {
+        if self.cfg.policy != Policy::NeverVerify && s.principal.is_empty() && self.cfg.require_principal.contains(s.namespace) {
+            return Err(self.deny(
+                s,
+                format!("chain {}", if parent.chain_id.is_empty() { "(unnamed)" } else { &parent.chain_id }),
+                None,
+                "this namespace requires a principal".into(),
+                "run with --snapshotter-label containerd.io/snapshot/pullgate.principal=NAME".into(),
+            ));
+        }
+        self.check_chain(tx, s, parent, true)
+    }
+
+    fn check_chain(&self, tx: &impl LedgerRead, s: &Subject, chain: &ChainInfo, per_principal: bool) -> Result<(), GateError> {
+        if chain.unknown_layers > 0 {
+            self.check_unknown(s, if chain.chain_id.is_empty() { "(unnamed chain)" } else { &chain.chain_id })?;
+        }
+        for d in &chain.diff_ids {
+            self.check_layer(tx, s, d, per_principal)?;
+        }
+        Ok(())
+    }
+
+    fn check_unknown(&self, s: &Subject, what: &str) -> Result<(), GateError> {
+        match self.cfg.policy {
+            Policy::NeverVerify | Policy::NeverVerifyPreloadedImages => Ok(()),
+            Policy::NeverVerifyAllowlistedImages | Policy::AlwaysVerify => Err(self.deny(
+                s,
+                format!("layer chain {what}"),
+                None,
+                format!("pullgate has no record of this layer and the policy is {:?}", self.cfg.policy),
+                format!("pullgate pull -n {} --user USER:PASSWORD IMAGE", s.namespace),
+            )),
+        }
+    }
+
+    /// The layer a target chainID adds to `parent`: from the ledger's chains, or by testing
+    /// every protected diffID d for chainID(parent, d) == target.
+    fn applied_layer(&self, tx: &impl LedgerRead, parent: &ChainInfo, target: &str) -> Result<Option<String>, StoreError> {
+        if let Some(c) = ledger::chain(tx, target)? {
+            if c.parent == parent.chain_id {
+                return Ok(Some(c.diff_id));
+            }
+        }
+        if parent.chain_id.is_empty() && (!parent.diff_ids.is_empty() || parent.unknown_layers > 0) {
+            // The parent's own chain is unknown: the arithmetic cannot be done.
+            return Ok(None);
+        }
+        for d in ledger::protected_layers(tx)? {
+            if ledger::chain_id(&parent.chain_id, &d) == target {
+                return Ok(Some(d));
+            }
+        }
+        Ok(None)
+    }
+
+    fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, d: &str, per_principal: bool) -> Result<(), GateError> {
+        let Some(layer) = ledger::layer(tx, d)? else {
+            return self.check_unknown(s, d);
+        };
+        if layer.public || self.cfg.policy == Policy::NeverVerify {
+            return Ok(());
+        }
+        let served = self.served_origins(tx, &layer)?;
+        if self.cfg.policy == Policy::NeverVerifyAllowlistedImages && served.iter().any(|o| self.cfg.allowlist.iter().any(|a| a.matches(o))) {
+            return Ok(());
+        }
+        let now = now_nanos();
+        let fresh = |at: i64| self.cfg.reverify_after_ns.is_none_or(|age| now.saturating_sub(at) <= age);
+        let mut stale = false;
+        for g in ledger::grants(tx, Some(s.namespace))? {
+            let principal_ok = if per_principal {
+                g.principal == s.principal || (g.principal.is_empty() && !self.cfg.require_principal.contains(s.namespace))
+            } else {
+                true
+            };
+            if principal_ok && layer.manifests.contains(&g.manifest) && served.contains(&g.origin) {
+                if fresh(g.grant.verified_at) {
+                    return Ok(());
+                }
+                stale = true;
+            }
+        }
+        let image = self.image_name(tx, &layer)?;
+        let reason = if stale {
+            "the grant for it is older than reverify_after".to_string()
+        } else if per_principal {
+            "no grant for this namespace and principal covers this private layer".to_string()
+        } else {
+            "no grant for this namespace covers this private layer".to_string()
+        };
+        Err(self.deny(s, format!("layer {d}"), image.clone(), reason, self.fix_verify(s, image.as_deref())))
+    }
+
+    fn served_origins(&self, tx: &impl LedgerRead, layer: &LayerRec) -> Result<HashSet<String>, StoreError> {
+        let mut out = HashSet::new();
+        for b in &layer.blobs {
+            out.extend(ledger::blob_origins(tx, b)?.into_iter().map(|(o, _)| o));
+        }
+        Ok(out)
+    }
+
+    fn image_name(&self, tx: &impl LedgerRead, layer: &LayerRec) -> Result<Option<String>, StoreError> {
+        for m in &layer.manifests {
+            if let Some(rec) = ledger::manifest(tx, m)? {
+                if let Some(n) = rec.names.iter().next() {
+                    return Ok(Some(n.clone()));
+                }
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,206 @@
+//! reference: image references (`host[:port]/path[:tag][@sha256:hex]`) and digests, strictly
+//! validated. Unlike docker, no default registry is assumed: the registry host is what the
+//! gate's origins are made of, so it must be explicit. Also the allowlist patterns of KEP-2535.
+use regex::Regex;
+use std::fmt;
+use std::sync::LazyLock;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid image reference {input:?}: {reason}")]
+pub struct ReferenceError {
+    pub input: String,
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reference {
+    /// `host[:port]`
+    pub host: String,
+    /// repository path, e.g. `private/app`
+    pub repo: String,
+    pub tag: Option<String>,
+    pub digest: Option<String>,
+}
+
+static HOST: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?))*(?::[0-9]{1,5})?$")
+        .unwrap_or_else(|e| unreachable!("{e}"))
+});
+static PATH_COMPONENT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$").unwrap_or_else(|e| unreachable!("{e}")));
+static TAG: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$").unwrap_or_else(|e| unreachable!("{e}")));
+static DIGEST: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^sha256:[a-f0-9]{64}$").unwrap_or_else(|e| unreachable!("{e}")));
+
+/// Whether `s` is a sha256 digest in canonical form.
+pub fn is_digest(s: &str) -> bool {
+    DIGEST.is_match(s)
+}
+
+impl Reference {
+    pub fn parse(input: &str) -> Result<Reference, ReferenceError> {
+        let bad = |reason| Err(ReferenceError { input: input.to_string(), reason });
+        if input.is_empty() || input.len() > 512 {
+            return bad("must be 1 to 512 characters");
+        }
+        if input.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return bad("contains whitespace or control characters");
+        }
+        let (rest, digest) = match input.split_once('@') {
+            Some((r, d)) => {
+                if !is_digest(d) {
+                    return bad("digest must be sha256: followed by 64 lowercase hex digits");
+                }
+                (r, Some(d.to_string()))
+            }
+            None => (input, None),
+        };
+        let Some((host, path)) = rest.split_once('/') else {
+            return bad("must name a registry host, e.g. registry.example.com:5000/repo:tag");
+        };
+        if !(host.contains('.') || host.contains(':') || host == "localhost") || !HOST.is_match(host) {
+            return bad("must start with a registry host (a name with a dot or a port, or localhost)");
+        }
+        if let Some((_, port)) = host.rsplit_once(':') {
+            if port.parse::<u16>().map_or(true, |p| p == 0) {
+                return bad("port must be 1-65535");
+            }
+        }
+        let (repo, tag) = match path.rsplit_once(':') {
+            Some((r, t)) if !t.contains('/') => {
+                if !TAG.is_match(t) {
+                    return bad("tag must match [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}");
+                }
+                (r, Some(t.to_string()))
+            }
+            _ => (path, None),
+        };
+        if repo.is_empty() || repo.len() > 255 || !repo.split('/').all(|c| PATH_COMPONENT.is_match(c)) {
+            return bad("repository path must be lowercase components [a-z0-9] separated by / . _ -");
+        }
+        Ok(Reference { host: host.to_string(), repo: repo.to_string(), tag, digest })
+    }
+
+    /// The origin: registry host plus repository.
+    pub fn origin(&self) -> String {
+        format!("{}/{}", self.host, self.repo)
+    }
+
+    /// What to ask the registry for: the digest if given, else the tag (default `latest`).
+    pub fn object(&self) -> &str {
+        self.digest.as_deref().or(self.tag.as_deref()).unwrap_or("latest")
+    }
+
+    /// The name containerd's image record gets (the reference as given, `latest` filled in).
+    pub fn image_name(&self) -> String {
+        match (&self.tag, &self.digest) {
+            (None, None) => format!("{}:latest", self.origin()),
+            _ => self.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Reference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.origin())?;
+        if let Some(t) = &self.tag {
+            write!(f, ":{t}")?;
+        }
+        if let Some(d) = &self.digest {
+            write!(f, "@{d}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One KEP-2535 allowlist entry: an exact repository (`host/path`) or a prefix ending `/*`.
+/// Tags and digests are not allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowPattern {
+    prefix: String,
+    wildcard: bool,
+}
+
+impl AllowPattern {
+    pub fn parse(s: &str) -> Result<AllowPattern, ReferenceError> {
+        let bad = |reason| Err(ReferenceError { input: s.to_string(), reason });
+        let (body, wildcard) = match s.strip_suffix("/*") {
+            Some(b) => (b, true),
+            None => (s, false),
+        };
+        if body.contains('*') {
+            return bad("allowlist entries may only end in /*");
+        }
+        if body.contains('@') {
+            return bad("allowlist entries may not carry a digest");
+        }
+        // A bare host with a wildcard (`registry.example.com/*`) is allowed.
+        if wildcard && !body.contains('/') {
+            if HOST.is_match(body) && (body.contains('.') || body.contains(':') || body == "localhost") {
+                return Ok(AllowPattern { prefix: body.to_string(), wildcard });
+            }
+            return bad("allowlist entry must start with a registry host");
+        }
+        match Reference::parse(body) {
+            Ok(r) if r.tag.is_none() && r.digest.is_none() => Ok(AllowPattern { prefix: r.origin(), wildcard }),
+            Ok(_) => bad("allowlist entries may not carry a tag"),
+            Err(e) => Err(ReferenceError { input: s.to_string(), reason: e.reason }),
+        }
+    }
+
+    /// Whether an origin (`host/repo`) is allowed.
+    pub fn matches(&self, origin: &str) -> bool {
+        if self.wildcard {
+            origin.strip_prefix(&self.prefix).is_some_and(|rest| rest.starts_with('/'))
+        } else {
+            origin == self.prefix
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_references() {
+        let r = Reference::parse("127.0.0.1:5000/private/app:v1").unwrap();
+        assert_eq!((r.host.as_str(), r.repo.as_str(), r.tag.as_deref()), ("127.0.0.1:5000", "private/app", Some("v1")));
+        assert_eq!(r.origin(), "127.0.0.1:5000/private/app");
+        let d = format!("sha256:{}", "a".repeat(64));
+        let r = Reference::parse(&format!("reg.example.com/a/b@{d}")).unwrap();
+        assert_eq!(r.object(), d);
+        let r = Reference::parse("localhost/x").unwrap();
+        assert_eq!(r.image_name(), "localhost/x:latest");
+        assert_eq!(r.to_string(), "localhost/x");
+    }
+
+    #[test]
+    fn rejects_malformed_references() {
+        for bad in [
+            "", "alpine", "library/alpine:3", "reg.io/UPPER", "reg.io/a:b:c", "reg.io/a@sha256:short", "reg.io//a",
+            "reg.io/a b", "reg.io/a\n", "reg.io:0/a", "reg.io:99999/a", "reg.io/../etc", "-reg.io/a", "reg.io/a:-bad",
+            "reg.io/a@md5:abc",
+        ] {
+            assert!(Reference::parse(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn allowlist_rules() {
+        let exact = AllowPattern::parse("reg.io/team/app").unwrap();
+        assert!(exact.matches("reg.io/team/app"));
+        assert!(!exact.matches("reg.io/team/app2"));
+        assert!(!exact.matches("reg.io/team/app/sub"));
+        let pre = AllowPattern::parse("reg.io/team/*").unwrap();
+        assert!(pre.matches("reg.io/team/app"));
+        assert!(pre.matches("reg.io/team/a/b"));
+        assert!(!pre.matches("reg.io/team"));
+        assert!(!pre.matches("reg.io/teamx/app"));
+        let host = AllowPattern::parse("reg.io:5000/*").unwrap();
+        assert!(host.matches("reg.io:5000/x"));
+        assert!(!host.matches("reg.io:50001/x"));
+        for bad in ["reg.io/app:v1", "reg.io/a*", "reg.io/*/x", "app", "reg.io/app@sha256:".to_string().as_str(), "*"] {
+            assert!(AllowPattern::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

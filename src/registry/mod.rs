@@ -1,0 +1,467 @@
+//! registry: a client for the distribution API, for pulls and verifications at an origin.
+//! Basic auth and the token flow (401 -> `WWW-Authenticate: Bearer` -> token by OAuth2
+//! password-grant POST, falling back to GET with Basic), manifests and indexes with platform
+//! selection and a size cap, blob HEAD and streamed GETs checked against their digest,
+//! redirects followed by hand so credentials never go to another host. Errors keep apart what
+//! the gate must tell apart: bad credential, no access, not found, unavailable, digest mismatch.
+pub mod auth;
+pub mod hosts;
+
+use crate::credential::Credential;
+use crate::reference::Reference;
+use auth::{parse_challenge, Challenge, Scheme};
+use base64::Engine;
+use futures_util::StreamExt;
+use reqwest::{header, Method, StatusCode};
+use sha2::{Digest as _, Sha256};
+use std::path::Path;
+use std::time::Duration;
+
+/// Largest manifest or index accepted (containerd's limit is 4 MiB too).
+pub const MAX_MANIFEST: usize = 4 << 20;
+/// Largest token response accepted.
+const MAX_TOKEN_RESPONSE: usize = 1 << 20;
+const MAX_REDIRECTS: usize = 5;
+
+pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, \
+application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("registry {host} rejected the credentials of user {user:?}")]
+    BadCredential { host: String, user: String },
+    #[error("registry {host} requires credentials for {repo} (none given)")]
+    AuthRequired { host: String, repo: String },
+    #[error("the credentials give no access to {host}/{repo}")]
+    NoAccess { host: String, repo: String },
+    #[error("{what} not found at {host}/{repo}")]
+    NotFound { host: String, repo: String, what: String },
+    #[error("registry {host} unavailable: {reason}")]
+    Unavailable { host: String, reason: String },
+    #[error("digest mismatch for {what}: expected {expected}, got {actual}")]
+    DigestMismatch { what: String, expected: String, actual: String },
+    #[error("registry {host} sent an invalid response: {reason}")]
+    Protocol { host: String, reason: String },
+    #[error("registry configuration: {0}")]
+    Config(String),
+}
+
+type Result<T> = std::result::Result<T, RegistryError>;
+
+/// Bytes fetched by digest: a manifest or index.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub digest: String,
+    pub media_type: String,
+    pub bytes: Vec<u8>,
+}
+
+/// What a reference resolved to at the registry.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The index the tag pointed at, if any.
+    pub index: Option<Fetched>,
+    /// The platform's image manifest.
+    pub manifest: Fetched,
+    pub parsed: oci_spec::image::ImageManifest,
+}
+
+pub fn sha256_digest(b: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(b)))
+}
+
+/// One authenticated conversation with one repository of one registry.
+pub struct Session {
+    http: reqwest::Client,
+    base: String,
+    host: String,
+    repo: String,
+    cred: Option<Credential>,
+    /// Authorization header value that worked last (Basic or Bearer).
+    authz: Option<String>,
+    /// Set once the credentials have been used for a token or Basic, so a second 401 is final.
+    authenticated: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Options<'a> {
+    pub plain_http: bool,
+    pub hosts_dir: Option<&'a Path>,
+}
+
+impl Session {
+    pub fn new(r: &Reference, cred: Option<Credential>, opts: &Options) -> Result<Session> {
+        let ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http).map_err(|e| RegistryError::Config(e.to_string()))?;
+        let mut b = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(5))
+            .read_timeout(Duration::from_secs(30))
+            .user_agent(concat!("pullgate/", env!("CARGO_PKG_VERSION")))
+            .danger_accept_invalid_certs(ep.skip_verify);
+        for ca in &ep.ca {
+            let pem = std::fs::read(ca).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
+            let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
+            b = b.add_root_certificate(cert);
+        }
+        let http = b.build().map_err(|e| RegistryError::Config(e.to_string()))?;
+        Ok(Session { http, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false })
+    }
+
+    fn unavailable(&self, e: impl std::fmt::Display) -> RegistryError {
+        RegistryError::Unavailable { host: self.host.clone(), reason: e.to_string() }
+    }
+    fn protocol(&self, reason: impl Into<String>) -> RegistryError {
+        RegistryError::Protocol { host: self.host.clone(), reason: reason.into() }
+    }
+    fn no_access(&self) -> RegistryError {
+        RegistryError::NoAccess { host: self.host.clone(), repo: self.repo.clone() }
+    }
+    fn bad_credential(&self) -> RegistryError {
+        match &self.cred {
+            Some(c) => RegistryError::BadCredential { host: self.host.clone(), user: c.user.clone() },
+            None => RegistryError::AuthRequired { host: self.host.clone(), repo: self.repo.clone() },
+        }
+    }
+
+    fn basic_header(&self) -> Option<String> {
+        self.cred.as_ref().map(|c| {
+            let raw = format!("{}:{}", c.user, c.secret.expose());
+            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(raw))
+        })
+    }
+
+    /// Sends one request to the registry, going through the auth dance as needed, following
+    /// redirects (without credentials to other hosts). Returns a 2xx or 404 response.
+    async fn send(&mut self, method: Method, path: &str, accept: Option<&str>) -> Result<reqwest::Response> {
+        let url = format!("{}/v2/{}/{}", self.base, self.repo, path);
+        for _attempt in 0..3 {
+            let resp = self.send_following(method.clone(), &url, accept).await?;
+            match resp.status() {
+                StatusCode::UNAUTHORIZED => {
+                    let challenge = resp
+                        .headers()
+                        .get(header::WWW_AUTHENTICATE)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(parse_challenge)
+                        .ok_or_else(|| self.protocol("401 without a usable WWW-Authenticate challenge"))?;
+                    if self.authenticated {
+                        // Our credentials (or token for them) were used and still refused.
+                        return Err(match (&challenge.scheme, challenge.error.as_deref()) {
+                            (Scheme::Bearer, _) => self.no_access(),
+                            (Scheme::Basic, _) => self.bad_credential(),
+                        });
+                    }
+                    self.authenticate(&challenge).await?;
+                }
+                StatusCode::FORBIDDEN => return Err(self.no_access()),
+                s if s.is_success() || s == StatusCode::NOT_FOUND => return Ok(resp),
+                s if s.is_server_error() || s == StatusCode::TOO_MANY_REQUESTS => {
+                    return Err(self.unavailable(format!("{method} {path}: HTTP {s}")))
+                }
+                s => return Err(self.protocol(format!("{method} {path}: unexpected HTTP {s}"))),
+            }
+        }
+        Err(self.protocol("authentication did not converge"))
+    }
+
+    async fn send_following(&self, method: Method, url: &str, accept: Option<&str>) -> Result<reqwest::Response> {
+        let origin = url::Url::parse(url).map_err(|e| self.protocol(e.to_string()))?;
+        let mut current = origin.clone();
+        for _ in 0..=MAX_REDIRECTS {
+            let mut req = self.http.request(method.clone(), current.clone());
+            if let Some(a) = accept {
+                req = req.header(header::ACCEPT, a);
+            }
+            // Credentials go only to the registry's own scheme, host and port.
+            if current.origin() == origin.origin() {
+                if let Some(z) = &self.authz {
+                    req = req.header(header::AUTHORIZATION, z);
+                }
+            }
+            let resp = req.send().await.map_err(|e| self.unavailable(error_chain(&e)))?;
+            if !resp.status().is_redirection() {
+                return Ok(resp);
+            }
+            let loc = resp
+                .headers()
+                .get(header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .ok_or_else(|| self.protocol("redirect without Location"))?;
+            let next = current.join(loc).map_err(|e| self.protocol(format!("bad redirect {loc:?}: {e}")))?;
+            if !matches!(next.scheme(), "http" | "https") {
+                return Err(self.protocol(format!("redirect to unsupported scheme {}", next.scheme())));
+            }
+            current = next;
+        }
+        Err(self.protocol(format!("more than {MAX_REDIRECTS} redirects")))
+    }
+
+    async fn authenticate(&mut self, ch: &Challenge) -> Result<()> {
+        match ch.scheme {
+            Scheme::Basic => {
+                self.authz = Some(self.basic_header().ok_or_else(|| self.bad_credential())?);
+            }
+            Scheme::Bearer => {
+                let scope = ch.scope.clone().unwrap_or_else(|| format!("repository:{}:pull", self.repo));
+                let token = self.fetch_token(ch, &scope).await?;
+                self.authz = Some(format!("Bearer {token}"));
+            }
+        }
+        self.authenticated = true;
+        Ok(())
+    }
+
+    async fn fetch_token(&self, ch: &Challenge, scope: &str) -> Result<String> {
+        let realm = url::Url::parse(&ch.realm).map_err(|e| self.protocol(format!("token realm {:?}: {e}", ch.realm)))?;
+        if !matches!(realm.scheme(), "http" | "https") {
+            return Err(self.protocol(format!("token realm {:?} is not http(s)", ch.realm)));
+        }
+        let service = ch.service.clone().unwrap_or_default();
+        let tokens = self.http.clone();
+        let mut resp = None;
+        if let Some(c) = &self.cred {
+            // OAuth2 password grant, as containerd does when it has a secret.
+            let form = [
+                ("grant_type", "password"),
+                ("username", c.user.as_str()),
+                ("password", c.secret.expose()),
+                ("service", service.as_str()),
+                ("scope", scope),
+                ("client_id", "pullgate"),
+            ];
+            let r = tokens.post(realm.clone()).form(&form).send().await.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))?;
+            if !matches!(r.status(), StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED | StatusCode::BAD_REQUEST) {
+                resp = Some(r);
+            }
+        }
+        let resp = match resp {
+            Some(r) => r,
+            None => {
+                let mut req = tokens.get(realm).query(&[("service", service.as_str()), ("scope", scope)]);
+                if let Some(b) = self.basic_header() {
+                    req = req.header(header::AUTHORIZATION, b);
+                }
+                req.send().await.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))?
+            }
+        };
+        match resp.status() {
+            s if s.is_success() => {}
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => return Err(self.bad_credential()),
+            s if s.is_server_error() => return Err(self.unavailable(format!("token server: HTTP {s}"))),
+            s => return Err(self.protocol(format!("token server answered HTTP {s}"))),
+        }
+        let body = read_capped(resp, MAX_TOKEN_RESPONSE).await.map_err(|e| self.token_read_error(e))?;
+        #[derive(serde::Deserialize)]
+        struct TokenResponse {
+            token: Option<String>,
+            access_token: Option<String>,
+        }
+        let t: TokenResponse = serde_json::from_slice(&body).map_err(|e| self.protocol(format!("token response: {e}")))?;
+        let token = t.access_token.or(t.token).filter(|t| !t.is_empty()).ok_or_else(|| self.protocol("token response has no token"))?;
+        if token.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(self.protocol("token contains whitespace or control characters"));
+        }
+        Ok(token)
+    }
+
+    fn token_read_error(&self, e: ReadError) -> RegistryError {
+        match e {
+            ReadError::TooLarge(n) => self.protocol(format!("token response larger than {n} bytes")),
+            ReadError::Net(e) => self.unavailable(format!("token server: {e}")),
+        }
+    }
+
+    /// GETs a manifest or index by tag or digest, checking its digest and size.
+    pub async fn get_manifest(&mut self, object: &str) -> Result<Fetched> {
+        let resp = self.send(Method::GET, &format!("manifests/{object}"), Some(MANIFEST_ACCEPT)).await?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Err(RegistryError::NotFound { host: self.host.clone(), repo: self.repo.clone(), what: format!("manifest {object}") });
+        }
+        let media_type = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.split(';').next().unwrap_or("").trim().to_string())
+            .unwrap_or_default();
+        let claimed = resp.headers().get("docker-content-digest").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let bytes = read_capped(resp, MAX_MANIFEST).await.map_err(|e| match e {
+            ReadError::TooLarge(n) => self.protocol(format!("manifest {object} larger than {n} bytes")),
+            ReadError::Net(e) => self.unavailable(e),
+        })?;
+        let digest = sha256_digest(&bytes);
+        let expected = if crate::reference::is_digest(object) { Some(object.to_string()) } else { claimed };
+        if let Some(exp) = expected {
+            if exp != digest {
+                return Err(RegistryError::DigestMismatch { what: format!("manifest {object}"), expected: exp, actual: digest });
+            }
+        }
+        let media_type = if media_type.is_empty() || media_type == "application/json" { sniff_media_type(&bytes) } else { media_type };
+        Ok(Fetched { digest, media_type, bytes })
+    }
+
+    /// Resolves a reference to the image manifest for `platform` (`os/arch[/variant]`).
+    pub async fn resolve(&mut self, r: &Reference, platform: &str) -> Result<Resolved> {
+        let top = self.get_manifest(r.object()).await?;
+        if is_index(&top.media_type) {
+            let idx = oci_spec::image::ImageIndex::from_reader(top.bytes.as_slice())
+                .map_err(|e| self.protocol(format!("index {}: {e}", top.digest)))?;
+            let want = parse_platform(platform).map_err(RegistryError::Config)?;
+            let chosen = idx
+                .manifests()
+                .iter()
+                .find(|d| d.platform().as_ref().is_some_and(|p| platform_matches(p, &want)))
+                .ok_or_else(|| RegistryError::NotFound {
+                    host: self.host.clone(),
+                    repo: self.repo.clone(),
+                    what: format!("a manifest for platform {platform} in index {}", top.digest),
+                })?;
+            let digest = chosen.digest().to_string();
+            let manifest = self.get_manifest(&digest).await?;
+            let parsed = parse_manifest(&manifest).map_err(|e| self.protocol(e))?;
+            return Ok(Resolved { index: Some(top), manifest, parsed });
+        }
+        let parsed = parse_manifest(&top).map_err(|e| self.protocol(e))?;
+        Ok(Resolved { index: None, manifest: top, parsed })
+    }
+
+    /// Whether the repository has the blob (HEAD, authenticated like every request).
+    pub async fn blob_exists(&mut self, digest: &str) -> Result<bool> {
+        let resp = self.send(Method::HEAD, &format!("blobs/{digest}"), None).await?;
+        Ok(resp.status().is_success())
+    }
+
+    /// Streams a blob, calling `sink` with each chunk; fails (after the last chunk) if the
+    /// bytes do not hash to `digest` or are not exactly `size` long.
+    pub async fn fetch_blob<F, Fut>(&mut self, digest: &str, size: u64, mut sink: F) -> Result<()>
+    where
+        F: FnMut(bytes::Bytes) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<(), String>>,
+    {
+        let resp = self.send(Method::GET, &format!("blobs/{digest}"), None).await?;
+        if resp.status() == StatusCode::NOT_FOUND {
+            return Err(RegistryError::NotFound { host: self.host.clone(), repo: self.repo.clone(), what: format!("blob {digest}") });
+        }
+        let mut hasher = Sha256::new();
+        let mut got: u64 = 0;
+        let mut stream = resp.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| self.unavailable(format!("blob {digest}: {}", error_chain(&e))))?;
+            got += chunk.len() as u64;
+            if got > size {
+                return Err(RegistryError::DigestMismatch { what: format!("blob {digest}"), expected: format!("{size} bytes"), actual: format!("more than {size} bytes") });
+            }
+            hasher.update(&chunk);
+            sink(chunk).await.map_err(|e| self.unavailable(format!("storing blob {digest}: {e}")))?;
+        }
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if got != size || actual != digest {
+            return Err(RegistryError::DigestMismatch { what: format!("blob {digest}"), expected: digest.to_string(), actual: format!("{actual} ({got} bytes)") });
+        }
+        Ok(())
+    }
+
+    /// Whether an anonymous client can read the blob here (for the public-layer rule).
+    pub async fn anonymous_can_read(&self, digest: &str) -> bool {
+        let mut anon = Session {
+            http: self.http.clone(),
+            base: self.base.clone(),
+            host: self.host.clone(),
+            repo: self.repo.clone(),
+            cred: None,
+            authz: None,
+            authenticated: false,
+        };
+        matches!(anon.blob_exists(digest).await, Ok(true))
+    }
+}
+
+enum ReadError {
+    TooLarge(usize),
+    Net(String),
+}
+
+async fn read_capped(resp: reqwest::Response, cap: usize) -> std::result::Result<Vec<u8>, ReadError> {
+    if resp.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(ReadError::TooLarge(cap));
+    }
+    let mut out = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(c) = stream.next().await {
+        let c = c.map_err(|e| ReadError::Net(error_chain(&e)))?;
+        if out.len() + c.len() > cap {
+            return Err(ReadError::TooLarge(cap));
+        }
+        out.extend_from_slice(&c);
+    }
+    Ok(out)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s.push_str(": ");
+        s.push_str(&x.to_string());
+        src = x.source();
+    }
+    s
+}
+
+pub fn is_index(media_type: &str) -> bool {
+    matches!(media_type, "application/vnd.oci.image.index.v1+json" | "application/vnd.docker.distribution.manifest.list.v2+json")
+}
+
+fn sniff_media_type(bytes: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(rename = "mediaType")]
+        media_type: Option<String>,
+        manifests: Option<serde_json::Value>,
+    }
+    match serde_json::from_slice::<Probe>(bytes) {
+        Ok(Probe { media_type: Some(m), .. }) => m,
+        Ok(Probe { manifests: Some(_), .. }) => "application/vnd.oci.image.index.v1+json".into(),
+        _ => "application/vnd.oci.image.manifest.v1+json".into(),
+    }
+}
+
+fn parse_manifest(f: &Fetched) -> std::result::Result<oci_spec::image::ImageManifest, String> {
+    oci_spec::image::ImageManifest::from_reader(f.bytes.as_slice()).map_err(|e| format!("manifest {}: {e}", f.digest))
+}
+
+/// `os/arch[/variant]`.
+pub fn parse_platform(p: &str) -> std::result::Result<(String, String, Option<String>), String> {
+    let parts: Vec<&str> = p.split('/').collect();
+    let ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    match parts.as_slice() {
+        [os, arch] if ok(os) && ok(arch) => Ok((os.to_string(), arch.to_string(), None)),
+        [os, arch, v] if ok(os) && ok(arch) && ok(v) => Ok((os.to_string(), arch.to_string(), Some(v.to_string()))),
+        _ => Err(format!("invalid platform {p:?}: expected os/arch[/variant]")),
+    }
+}
+
+fn platform_matches(p: &oci_spec::image::Platform, want: &(String, String, Option<String>)) -> bool {
+    p.os().to_string() == want.0
+        && p.architecture().to_string() == want.1
+        && (want.2.is_none() || p.variant().as_deref() == want.2.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platforms() {
+        assert_eq!(parse_platform("linux/amd64").unwrap(), ("linux".into(), "amd64".into(), None));
+        assert!(parse_platform("linux/arm64/v8").is_ok());
+        for bad in ["linux", "linux/", "/amd64", "linux/amd64/v8/x", "linux/am d64"] {
+            assert!(parse_platform(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn media_type_sniffing() {
+        assert!(is_index(&sniff_media_type(br#"{"schemaVersion":2,"manifests":[]}"#)));
+        assert_eq!(sniff_media_type(br#"{"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}"#), "application/vnd.docker.distribution.manifest.v2+json");
+    }
+}
