@@ -241,3 +241,188 @@ impl Gate {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{record_blob, record_manifest, put_grant, Grant, ManifestRec};
+    use crate::metastore::MetaStore;
+
+    const ORIGIN: &str = "reg:5000/private/app";
+    fn d(c: char) -> String {
+        format!("sha256:{}", c.to_string().repeat(64))
+    }
+
+    /// A ledger with one private image (layers a, b with blobs A, B) served by ORIGIN to alice,
+    /// and a public image (layer p) served anonymously.
+    fn ledger() -> (tempfile::TempDir, MetaStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = MetaStore::open(&dir.path().join("m.redb")).unwrap();
+        s.write(|tx| -> Result<(), StoreError> {
+            for blob in [d('A'), d('B'), d('C')] {
+                record_blob(tx, &blob, ORIGIN, "hmac-sha256:alice", 1)?;
+            }
+            record_blob(tx, &d('P'), "reg:5000/public/base", crate::credential::ANONYMOUS, 1)?;
+            record_manifest(tx, &d('m'), &ManifestRec {
+                config: d('C'),
+                layers: vec![d('A'), d('B')],
+                diff_ids: vec![d('a'), d('b')],
+                origins: [ORIGIN.to_string()].into(),
+                names: [format!("{ORIGIN}:v1")].into(),
+            })?;
+            record_manifest(tx, &d('n'), &ManifestRec {
+                config: d('Q'),
+                layers: vec![d('P')],
+                diff_ids: vec![d('p')],
+                origins: ["reg:5000/public/base".to_string()].into(),
+                names: ["reg:5000/public/base:v1".to_string()].into(),
+            })?;
+            Ok(())
+        })
+        .unwrap();
+        (dir, s)
+    }
+
+    fn grant(s: &MetaStore, ns: &str, principal: &str, origin: &str, at: i64) {
+        s.write(|tx| put_grant(tx, ns, principal, origin, &d('m'), &Grant { identity: "hmac-sha256:x".into(), verified_at: at })).unwrap();
+    }
+
+    fn chain_ab() -> ChainInfo {
+        ChainInfo { chain_id: ledger::chain_ids(&[d('a'), d('b')])[1].clone(), diff_ids: vec![d('a'), d('b')], unknown_layers: 0 }
+    }
+
+    fn gate(policy: Policy) -> Gate {
+        Gate::new(GateConfig { policy, ..Default::default() })
+    }
+
+    fn subj<'a>(ns: &'a str, p: &'a str) -> Subject<'a> {
+        Subject { namespace: ns, principal: p }
+    }
+
+    fn denied(r: Result<impl std::fmt::Debug, GateError>) -> String {
+        match r {
+            Err(GateError::Denied(d)) => d.to_string(),
+            other => panic!("expected a denial, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_layers_follow_policy() {
+        let (_d, s) = ledger();
+        let unknown = d('z');
+        s.read(|tx| -> Result<(), StoreError> {
+            let base = ChainInfo::default();
+            assert!(gate(Policy::NeverVerifyPreloadedImages).extract(tx, &subj("b", ""), &base, &unknown).is_ok());
+            assert!(gate(Policy::NeverVerify).extract(tx, &subj("b", ""), &base, &unknown).is_ok());
+            let m = denied(gate(Policy::AlwaysVerify).extract(tx, &subj("b", ""), &base, &unknown));
+            assert!(m.contains("no record") && m.contains("pullgate pull"), "{m}");
+            assert!(gate(Policy::NeverVerifyAllowlistedImages).extract(tx, &subj("b", ""), &base, &unknown).is_err());
+            let pre = ChainInfo { chain_id: String::new(), diff_ids: vec![], unknown_layers: 2 };
+            assert!(gate(Policy::NeverVerifyPreloadedImages).use_chain(tx, &subj("b", ""), &pre).is_ok());
+            assert!(gate(Policy::AlwaysVerify).use_chain(tx, &subj("b", ""), &pre).is_err());
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn protected_layers_need_a_grant_at_a_serving_origin() {
+        let (_d, s) = ledger();
+        let g = gate(Policy::NeverVerifyPreloadedImages);
+        let m = s.read(|tx| Ok::<_, StoreError>(denied(g.extract(tx, &subj("b", ""), &ChainInfo::default(), &d('a'))))).unwrap();
+        assert!(m.contains("namespace \"b\"") && m.contains(&d('a')) && m.contains(ORIGIN) && m.contains("pullgate verify -n b"), "{m}");
+        // A grant at an origin that never served the bytes grants nothing.
+        grant(&s, "b", "", "evil:5000/x", 1 << 62);
+        s.read(|tx| Ok::<_, StoreError>(denied(g.use_chain(tx, &subj("b", ""), &chain_ab())))).unwrap();
+        grant(&s, "b", "", ORIGIN, 1 << 62);
+        s.read(|tx| -> Result<(), StoreError> {
+            let next = g.extract(tx, &subj("b", ""), &ChainInfo::default(), &d('a')).unwrap();
+            assert_eq!(next.diff_ids, vec![d('a')]);
+            assert_eq!(next.chain_id, d('a'));
+            g.use_chain(tx, &subj("b", "any-pod"), &chain_ab()).unwrap();
+            // Other namespaces are unaffected.
+            denied(g.use_chain(tx, &subj("c", ""), &chain_ab()));
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn principals_and_require_principal() {
+        let (_d, s) = ledger();
+        grant(&s, "n", "p1", ORIGIN, 1 << 62);
+        let mut g = gate(Policy::NeverVerifyPreloadedImages);
+        s.read(|tx| -> Result<(), StoreError> {
+            g.use_chain(tx, &subj("n", "p1"), &chain_ab()).unwrap();
+            denied(g.use_chain(tx, &subj("n", "p2"), &chain_ab()));
+            denied(g.use_chain(tx, &subj("n", ""), &chain_ab()));
+            // Materialising needs any principal's grant in the namespace.
+            g.extract(tx, &subj("n", ""), &ChainInfo::default(), &d('a')).unwrap();
+            Ok(())
+        })
+        .unwrap();
+        grant(&s, "n", "", ORIGIN, 1 << 62);
+        g.cfg.require_principal.insert("n".into());
+        s.read(|tx| -> Result<(), StoreError> {
+            let m = denied(g.use_chain(tx, &subj("n", ""), &chain_ab()));
+            assert!(m.contains("requires a principal"), "{m}");
+            // Namespace-wide grants do not count where principals are required.
+            denied(g.use_chain(tx, &subj("n", "p2"), &chain_ab()));
+            g.use_chain(tx, &subj("n", "p1"), &chain_ab()).unwrap();
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn public_layers_and_allowlist_and_age() {
+        let (_d, s) = ledger();
+        s.read(|tx| -> Result<(), StoreError> {
+            gate(Policy::AlwaysVerify).extract(tx, &subj("x", ""), &ChainInfo::default(), &d('p')).unwrap();
+            let mut g = gate(Policy::NeverVerifyAllowlistedImages);
+            denied(g.use_chain(tx, &subj("x", ""), &chain_ab()));
+            g.cfg.allowlist = vec![AllowPattern::parse("reg:5000/private/*").unwrap()];
+            g.use_chain(tx, &subj("x", ""), &chain_ab()).unwrap();
+            Ok(())
+        })
+        .unwrap();
+        grant(&s, "old", "", ORIGIN, 1);
+        let g = Gate::new(GateConfig { reverify_after_ns: Some(60_000_000_000), ..Default::default() });
+        let m = s.read(|tx| Ok::<_, StoreError>(denied(g.use_chain(tx, &subj("old", ""), &chain_ab())))).unwrap();
+        assert!(m.contains("reverify_after"), "{m}");
+        // Without reverify_after the same old grant still counts.
+        let g = gate(Policy::NeverVerifyPreloadedImages);
+        s.read(|tx| Ok::<_, StoreError>(g.use_chain(tx, &subj("old", ""), &chain_ab()).unwrap())).unwrap();
+    }
+
+    #[test]
+    fn chain_arithmetic_identifies_a_protected_layer_on_an_unknown_base() {
+        let (_d, s) = ledger();
+        let g = gate(Policy::NeverVerifyPreloadedImages);
+        // An attacker's manifest stacks private layer b on its own base x: the chain is new.
+        let base = ChainInfo { chain_id: d('x'), diff_ids: vec![], unknown_layers: 1 };
+        let target = ledger::chain_id(&d('x'), &d('b'));
+        let m = s.read(|tx| Ok::<_, StoreError>(denied(g.extract(tx, &subj("b", ""), &base, &target)))).unwrap();
+        assert!(m.contains(&d('b')), "{m}");
+        // A genuinely unknown layer on that base is allowed under the default policy.
+        let other = ledger::chain_id(&d('x'), &d('y'));
+        let next = s.read(|tx| Ok::<_, StoreError>(g.extract(tx, &subj("b", ""), &base, &other).unwrap())).unwrap();
+        assert_eq!(next.unknown_layers, 2);
+    }
+
+    #[test]
+    fn unreadable_ledger_denies() {
+        struct Broken;
+        impl LedgerRead for Broken {
+            fn get_json<V: serde::de::DeserializeOwned>(&self, _c: crate::metastore::Collection, k: &str) -> Result<Option<V>, StoreError> {
+                Err(StoreError::Corrupt { key: k.into(), reason: "test".into() })
+            }
+            fn scan<V: serde::de::DeserializeOwned>(&self, _c: crate::metastore::Collection, p: &str) -> Result<Vec<(String, V)>, StoreError> {
+                Err(StoreError::Corrupt { key: p.into(), reason: "test".into() })
+            }
+        }
+        let r = gate(Policy::NeverVerifyPreloadedImages).use_chain(&Broken, &subj("b", ""), &chain_ab());
+        assert!(matches!(r, Err(GateError::Ledger(_))));
+        assert!(r.unwrap_err().to_string().contains("failing closed"));
+    }
+}
