@@ -64,17 +64,9 @@ pub struct RegistryConfig {
     pub hosts_dir: Option<PathBuf>,
 }
 
-/// Parses `90s`, `15m`, `12h`, `7d` (or bare seconds) into seconds.
+/// Parses a positive duration such as `90s`, `15m`, `12h`, `7d` into whole seconds.
 pub fn parse_duration_secs(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last()? {
-        (i, 's') => (&s[..i], 1),
-        (i, 'm') => (&s[..i], 60),
-        (i, 'h') => (&s[..i], 3600),
-        (i, 'd') => (&s[..i], 86400),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok().filter(|n| *n > 0)?.checked_mul(mult)
+    humantime::parse_duration(s.trim()).ok().map(|d| d.as_secs()).filter(|n| *n > 0)
 }
 
 impl Config {

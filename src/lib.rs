@@ -12,6 +12,7 @@ pub mod credential;
 pub mod daemon;
 pub mod gate;
 pub mod ledger;
+pub mod pull;
 mod metastore;
 pub mod reference;
 pub mod registry;

@@ -330,34 +330,22 @@ impl Session {
         Ok(resp.status().is_success())
     }
 
-    /// Streams a blob, calling `sink` with each chunk; fails (after the last chunk) if the
-    /// bytes do not hash to `digest` or are not exactly `size` long.
-    pub async fn fetch_blob<F, Fut>(&mut self, digest: &str, size: u64, mut sink: F) -> Result<()>
-    where
-        F: FnMut(bytes::Bytes) -> Fut,
-        Fut: std::future::Future<Output = std::result::Result<(), String>>,
-    {
+    /// Opens a blob for streaming. The reader fails (at the end) if the bytes do not hash to
+    /// `digest` or are not exactly `size` long, and as soon as they exceed `size`.
+    pub async fn open_blob(&mut self, digest: &str, size: u64) -> Result<BlobReader> {
         let resp = self.send(Method::GET, &format!("blobs/{digest}"), None).await?;
         if resp.status() == StatusCode::NOT_FOUND {
             return Err(RegistryError::NotFound { host: self.host.clone(), repo: self.repo.clone(), what: format!("blob {digest}") });
         }
-        let mut hasher = Sha256::new();
-        let mut got: u64 = 0;
-        let mut stream = resp.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| self.unavailable(format!("blob {digest}: {}", error_chain(&e))))?;
-            got += chunk.len() as u64;
-            if got > size {
-                return Err(RegistryError::DigestMismatch { what: format!("blob {digest}"), expected: format!("{size} bytes"), actual: format!("more than {size} bytes") });
-            }
-            hasher.update(&chunk);
-            sink(chunk).await.map_err(|e| self.unavailable(format!("storing blob {digest}: {e}")))?;
-        }
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
-        if got != size || actual != digest {
-            return Err(RegistryError::DigestMismatch { what: format!("blob {digest}"), expected: digest.to_string(), actual: format!("{actual} ({got} bytes)") });
-        }
-        Ok(())
+        Ok(BlobReader {
+            stream: Box::pin(resp.bytes_stream()),
+            hasher: Sha256::new(),
+            got: 0,
+            size,
+            digest: digest.to_string(),
+            host: self.host.clone(),
+            done: false,
+        })
     }
 
     /// Whether an anonymous client can read the blob here (for the public-layer rule).
@@ -372,6 +360,57 @@ impl Session {
             authenticated: false,
         };
         matches!(anon.blob_exists(digest).await, Ok(true))
+    }
+}
+
+/// A blob being streamed from the registry, checked as it goes.
+pub struct BlobReader {
+    stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    hasher: Sha256,
+    got: u64,
+    size: u64,
+    digest: String,
+    host: String,
+    done: bool,
+}
+
+impl BlobReader {
+    /// The next chunk; None once every byte arrived and matched the digest.
+    pub async fn next_chunk(&mut self) -> Result<Option<bytes::Bytes>> {
+        if self.done {
+            return Ok(None);
+        }
+        match self.stream.next().await {
+            Some(Ok(chunk)) => {
+                self.got += chunk.len() as u64;
+                if self.got > self.size {
+                    self.done = true;
+                    return Err(RegistryError::DigestMismatch {
+                        what: format!("blob {}", self.digest),
+                        expected: format!("{} bytes", self.size),
+                        actual: format!("more than {} bytes", self.size),
+                    });
+                }
+                self.hasher.update(&chunk);
+                Ok(Some(chunk))
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Err(RegistryError::Unavailable { host: self.host.clone(), reason: format!("blob {}: {}", self.digest, error_chain(&e)) })
+            }
+            None => {
+                self.done = true;
+                let actual = format!("sha256:{}", hex::encode(std::mem::take(&mut self.hasher).finalize()));
+                if self.got != self.size || actual != self.digest {
+                    return Err(RegistryError::DigestMismatch {
+                        what: format!("blob {}", self.digest),
+                        expected: self.digest.clone(),
+                        actual: format!("{actual} ({} bytes)", self.got),
+                    });
+                }
+                Ok(None)
+            }
+        }
     }
 }
 

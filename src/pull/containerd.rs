@@ -1,0 +1,333 @@
+//! containerd: the calls pullgate makes into containerd's own API on behalf of one namespace
+//! and one lease: content (info, labels, streamed writes, adoption by digest, reads), images,
+//! snapshots through containerd's metadata (so keys, labels and GC are containerd's), and the
+//! diff service that applies a layer to a snapshot's mounts.
+use containerd_client::services::v1::snapshots as snap;
+use containerd_client::services::v1::{
+    content_client::ContentClient, diff_client::DiffClient, images_client::ImagesClient, leases_client::LeasesClient,
+    snapshots::snapshots_client::SnapshotsClient, AbortRequest, ApplyRequest, CreateImageRequest, CreateRequest,
+    DeleteRequest, Image, InfoRequest, ReadContentRequest, UpdateImageRequest, UpdateRequest, WriteAction,
+    WriteContentRequest,
+};
+use containerd_client::types::{Descriptor, Mount};
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::path::Path;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Status};
+
+const NAMESPACE_HEADER: &str = "containerd-namespace";
+const LEASE_HEADER: &str = "containerd-lease";
+/// Bytes per content Write message.
+const WRITE_CHUNK: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+#[error("containerd: {context}: {status}")]
+pub struct ContainerdError {
+    pub context: String,
+    pub status: String,
+    pub code: Code,
+}
+
+type Result<T> = std::result::Result<T, ContainerdError>;
+
+fn err(context: impl Into<String>) -> impl FnOnce(Status) -> ContainerdError {
+    let context = context.into();
+    move |s| ContainerdError { context, status: s.message().to_string(), code: s.code() }
+}
+
+pub struct Containerd {
+    channel: Channel,
+    namespace: String,
+    lease: Option<String>,
+}
+
+impl Containerd {
+    pub async fn connect(address: &Path, namespace: &str) -> Result<Containerd> {
+        let channel = containerd_client::connect(address).await.map_err(|e| ContainerdError {
+            context: format!("connect to {}", address.display()),
+            status: e.to_string(),
+            code: Code::Unavailable,
+        })?;
+        Ok(Containerd { channel, namespace: namespace.to_string(), lease: None })
+    }
+
+    fn req<T>(&self, msg: T) -> Request<T> {
+        let mut r = Request::new(msg);
+        // Names and lease ids are validated printable ASCII, so these parse.
+        if let Ok(v) = self.namespace.parse() {
+            r.metadata_mut().insert(NAMESPACE_HEADER, v);
+        }
+        if let Some(Ok(v)) = self.lease.as_deref().map(str::parse) {
+            r.metadata_mut().insert(LEASE_HEADER, v);
+        }
+        r
+    }
+
+    /// Creates a lease that protects everything written until it is deleted (or expires).
+    pub async fn begin_lease(&mut self) -> Result<()> {
+        let id = format!("pullgate-{}", uuid::Uuid::new_v4());
+        let expire = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + std::time::Duration::from_secs(3600)).to_string();
+        let labels = HashMap::from([("containerd.io/gc.expire".to_string(), expire)]);
+        LeasesClient::new(self.channel.clone())
+            .create(self.req(CreateRequest { id: id.clone(), labels }))
+            .await
+            .map_err(err("create lease"))?;
+        self.lease = Some(id);
+        Ok(())
+    }
+
+    pub async fn end_lease(&mut self) {
+        if let Some(id) = self.lease.take() {
+            let r = LeasesClient::new(self.channel.clone()).delete(self.req(DeleteRequest { id: id.clone(), sync: false })).await;
+            if let Err(e) = r {
+                tracing::warn!(lease = %id, error = %e.message(), "cannot delete lease; it expires in an hour");
+            }
+        }
+    }
+
+    /// Whether the namespace's content store has the blob.
+    pub async fn has_content(&self, digest: &str) -> Result<bool> {
+        match ContentClient::new(self.channel.clone()).info(self.req(InfoRequest { digest: digest.to_string() })).await {
+            Ok(_) => Ok(true),
+            Err(s) if s.code() == Code::NotFound => Ok(false),
+            Err(s) => Err(err(format!("content info {digest}"))(s)),
+        }
+    }
+
+    /// Sets labels on a blob of the namespace (other labels are kept).
+    pub async fn label_content(&self, digest: &str, labels: &HashMap<String, String>) -> Result<()> {
+        let info = containerd_client::services::v1::Info { digest: digest.to_string(), labels: labels.clone(), ..Default::default() };
+        let paths = labels.keys().map(|k| format!("labels.{k}")).collect();
+        ContentClient::new(self.channel.clone())
+            .update(self.req(UpdateRequest { info: Some(info), update_mask: Some(prost_types::FieldMask { paths }) }))
+            .await
+            .map_err(err(format!("label content {digest}")))?;
+        Ok(())
+    }
+
+    /// Reads a whole blob of at most `cap` bytes.
+    pub async fn read_content(&self, digest: &str, cap: usize) -> Result<Vec<u8>> {
+        let mut stream = ContentClient::new(self.channel.clone())
+            .read(self.req(ReadContentRequest { digest: digest.to_string(), offset: 0, size: 0 }))
+            .await
+            .map_err(err(format!("read content {digest}")))?
+            .into_inner();
+        let mut out = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let c = chunk.map_err(err(format!("read content {digest}")))?;
+            if out.len() + c.data.len() > cap {
+                return Err(ContainerdError { context: format!("read content {digest}"), status: format!("larger than {cap} bytes"), code: Code::OutOfRange });
+            }
+            out.extend_from_slice(&c.data);
+        }
+        Ok(out)
+    }
+
+    /// Makes a blob that containerd already holds (shared content store) part of this
+    /// namespace without sending bytes. False when containerd does not have it.
+    pub async fn adopt_content(&self, digest: &str, size: u64) -> Result<bool> {
+        let r#ref = format!("pullgate-adopt-{}", uuid::Uuid::new_v4());
+        let first = WriteContentRequest { action: WriteAction::Stat as i32, r#ref: r#ref.clone(), total: size as i64, expected: digest.to_string(), ..Default::default() };
+        let resp = ContentClient::new(self.channel.clone()).write(self.req(tokio_stream::iter(vec![first]))).await;
+        match resp {
+            Err(s) if s.code() == Code::AlreadyExists => Ok(true),
+            Err(s) => Err(err(format!("adopt content {digest}"))(s)),
+            Ok(mut stream) => {
+                // Drain, then abort the empty ingest we opened.
+                while let Some(m) = stream.get_mut().next().await {
+                    if let Err(s) = m {
+                        if s.code() == Code::AlreadyExists {
+                            return Ok(true);
+                        }
+                    }
+                }
+                let _ = ContentClient::new(self.channel.clone()).abort(self.req(AbortRequest { r#ref })).await;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Opens a streamed write of `digest` (`size` bytes). Feed it with `ContentWriter::write`
+    /// and finish with `commit`; dropping it without commit aborts the ingest.
+    pub fn writer(&self, digest: &str, size: u64) -> ContentWriter {
+        let r#ref = format!("pullgate-{}", uuid::Uuid::new_v4());
+        let (tx, rx) = tokio::sync::mpsc::channel::<WriteContentRequest>(4);
+        let client = ContentClient::new(self.channel.clone());
+        let req = self.req(tokio_stream::wrappers::ReceiverStream::new(rx));
+        let digest_s = digest.to_string();
+        let task = tokio::spawn(async move {
+            let mut c = client;
+            let mut stream = c.write(req).await.map_err(err(format!("write content {digest_s}")))?.into_inner();
+            // Responses are drained as they come so the server never blocks on them.
+            while let Some(m) = stream.next().await {
+                m.map_err(err(format!("write content {digest_s}")))?;
+            }
+            Ok(())
+        });
+        ContentWriter { tx: Some(tx), task: Some(task), r#ref, digest: digest.to_string(), size, offset: 0, buf: Vec::new(), channel: self.channel.clone(), namespace: self.namespace.clone(), lease: self.lease.clone() }
+    }
+
+    /// Writes a small blob held in memory.
+    pub async fn write_bytes(&self, digest: &str, bytes: &[u8], labels: HashMap<String, String>) -> Result<()> {
+        if self.has_content(digest).await? {
+            return self.label_content(digest, &labels).await;
+        }
+        let mut w = self.writer(digest, bytes.len() as u64);
+        w.write(bytes).await?;
+        w.commit(labels).await
+    }
+
+    pub async fn put_image(&self, name: &str, target: Descriptor) -> Result<()> {
+        let image = Image { name: name.to_string(), target: Some(target), ..Default::default() };
+        let mut images = ImagesClient::new(self.channel.clone());
+        match images.create(self.req(CreateImageRequest { image: Some(image.clone()), source_date_epoch: None })).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::AlreadyExists => {
+                let mask = prost_types::FieldMask { paths: vec!["target".into()] };
+                images
+                    .update(self.req(UpdateImageRequest { image: Some(image), update_mask: Some(mask), source_date_epoch: None }))
+                    .await
+                    .map_err(err(format!("update image {name}")))?;
+                Ok(())
+            }
+            Err(s) => Err(err(format!("create image {name}"))(s)),
+        }
+    }
+
+    fn snapshots(&self) -> SnapshotsClient<Channel> {
+        SnapshotsClient::new(self.channel.clone())
+    }
+
+    pub async fn snapshot_exists(&self, snapshotter: &str, key: &str) -> Result<bool> {
+        match self.snapshots().stat(self.req(snap::StatSnapshotRequest { snapshotter: snapshotter.into(), key: key.into() })).await {
+            Ok(_) => Ok(true),
+            Err(s) if s.code() == Code::NotFound => Ok(false),
+            Err(s) => Err(err(format!("stat snapshot {key}"))(s)),
+        }
+    }
+
+    /// Prepares an unpack snapshot; None when containerd adopted an existing chain instead.
+    pub async fn prepare(&self, snapshotter: &str, key: &str, parent: &str, labels: HashMap<String, String>) -> Result<Option<Vec<Mount>>> {
+        let r = snap::PrepareSnapshotRequest { snapshotter: snapshotter.into(), key: key.into(), parent: parent.into(), labels };
+        match self.snapshots().prepare(self.req(r)).await {
+            Ok(m) => Ok(Some(m.into_inner().mounts)),
+            Err(s) if s.code() == Code::AlreadyExists => Ok(None),
+            Err(s) => Err(err(format!("prepare snapshot {key}"))(s)),
+        }
+    }
+
+    pub async fn commit(&self, snapshotter: &str, name: &str, key: &str, labels: HashMap<String, String>) -> Result<()> {
+        let r = snap::CommitSnapshotRequest { snapshotter: snapshotter.into(), name: name.into(), key: key.into(), labels };
+        self.snapshots().commit(self.req(r)).await.map_err(err(format!("commit snapshot {name}")))?;
+        Ok(())
+    }
+
+    pub async fn remove_snapshot(&self, snapshotter: &str, key: &str) {
+        let r = snap::RemoveSnapshotRequest { snapshotter: snapshotter.into(), key: key.into() };
+        if let Err(s) = self.snapshots().remove(self.req(r)).await {
+            tracing::warn!(key, error = %s.message(), "cannot remove unpack snapshot");
+        }
+    }
+
+    /// Applies a layer blob to mounts; returns the applied (uncompressed) digest.
+    pub async fn apply(&self, layer: Descriptor, mounts: Vec<Mount>) -> Result<String> {
+        let d = layer.digest.clone();
+        let r = ApplyRequest { diff: Some(layer), mounts, payloads: HashMap::new(), sync_fs: false };
+        let resp = DiffClient::new(self.channel.clone()).apply(self.req(r)).await.map_err(err(format!("apply layer {d}")))?;
+        Ok(resp.into_inner().applied.map(|a| a.digest).unwrap_or_default())
+    }
+}
+
+/// A streamed content write in progress.
+pub struct ContentWriter {
+    tx: Option<tokio::sync::mpsc::Sender<WriteContentRequest>>,
+    task: Option<tokio::task::JoinHandle<Result<()>>>,
+    r#ref: String,
+    digest: String,
+    size: u64,
+    offset: u64,
+    buf: Vec<u8>,
+    channel: Channel,
+    namespace: String,
+    lease: Option<String>,
+}
+
+impl ContentWriter {
+    async fn send(&mut self, m: WriteContentRequest) -> Result<()> {
+        let closed = || ContainerdError { context: format!("write content {}", "stream"), status: "stream closed".into(), code: Code::Aborted };
+        match &self.tx {
+            Some(tx) => tx.send(m).await.map_err(|_| closed()),
+            None => Err(closed()),
+        }
+    }
+
+    async fn flush(&mut self) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let data = std::mem::take(&mut self.buf);
+        let n = data.len() as u64;
+        let m = WriteContentRequest {
+            action: WriteAction::Write as i32,
+            r#ref: self.r#ref.clone(),
+            total: self.size as i64,
+            expected: self.digest.clone(),
+            offset: self.offset as i64,
+            data,
+            labels: HashMap::new(),
+        };
+        self.send(m).await?;
+        self.offset += n;
+        Ok(())
+    }
+
+    pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= WRITE_CHUNK {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Commits with `labels`; containerd checks size and digest again.
+    pub async fn commit(mut self, labels: HashMap<String, String>) -> Result<()> {
+        self.flush().await?;
+        let m = WriteContentRequest {
+            action: WriteAction::Commit as i32,
+            r#ref: self.r#ref.clone(),
+            total: self.size as i64,
+            expected: self.digest.clone(),
+            labels,
+            ..Default::default()
+        };
+        self.send(m).await?;
+        self.tx = None;
+        let task = self.task.take();
+        match task {
+            Some(t) => match t.await {
+                Ok(r) => match r {
+                    Err(e) if e.code == Code::AlreadyExists => Ok(()),
+                    other => other,
+                },
+                Err(e) => Err(ContainerdError { context: "write content".into(), status: e.to_string(), code: Code::Internal }),
+            },
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ContentWriter {
+    fn drop(&mut self) {
+        // Not committed: close the stream and abort the ingest so nothing half-written stays.
+        if self.tx.take().is_some() {
+            let r#ref = self.r#ref.clone();
+            let channel = self.channel.clone();
+            let (ns, lease) = (self.namespace.clone(), self.lease.clone());
+            tokio::spawn(async move {
+                let c = Containerd { channel, namespace: ns, lease };
+                let _ = ContentClient::new(c.channel.clone()).abort(c.req(AbortRequest { r#ref })).await;
+            });
+        }
+    }
+}
