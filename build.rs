@@ -28,4 +28,10 @@ fn main() {
     tonic_build::manual::Builder::new()
         .build_client(false)
         .compile(&[service]);
+
+    // pullgate's own API.
+    println!("cargo:rerun-if-changed=proto/pullgate.proto");
+    if let Err(e) = tonic_prost_build::configure().compile_protos(&["proto/pullgate.proto"], &["proto"]) {
+        panic!("compiling proto/pullgate.proto: {e}");
+    }
 }

@@ -1,16 +1,27 @@
 //! cli: the command line (clap structs only; their `///` docs are the `--help` text) and the
-//! dispatch from a subcommand to one library call, with exit codes.
+//! dispatch from a subcommand to one call (the daemon, or one RPC on pullgate's API), with
+//! exit codes. Contract (DESIGN.md): serve, pull, verify, check, grants, revoke, inspect;
+//! every client command takes `--address` and `-n` (default `default`), as ctr does.
+use crate::api::proto::{self, pullgate_client::PullgateClient};
 use crate::config::Config;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use tonic::Code;
 
-/// Exit code for a bad command line or configuration.
+/// Exit code for a bad command line, configuration or argument.
 pub const EXIT_USAGE: i32 = 2;
 /// Exit code for any other failure.
 pub const EXIT_FAILURE: i32 = 1;
+/// Exit code when the registry or the gate refused (bad credential, no access, denied).
+pub const EXIT_DENIED: i32 = 3;
+/// Exit code when the image, manifest or record does not exist.
+pub const EXIT_NOT_FOUND: i32 = 4;
+/// Exit code when the registry, containerd or pullgate is unreachable.
+pub const EXIT_UNAVAILABLE: i32 = 5;
 
-/// pullgate: a containerd proxy snapshotter that refuses to unpack or run a cached private
-/// image for a namespace or pod that has not itself authenticated to the registry.
+/// pullgate: a containerd snapshotter that refuses to unpack or run a cached private image
+/// for a namespace or pod that has not itself authenticated to the registry for it.
 #[derive(Debug, Parser)]
 #[command(name = "pullgate", version)]
 pub struct Cli {
@@ -18,13 +29,92 @@ pub struct Cli {
     pub command: Command,
 }
 
+#[derive(Debug, Args)]
+pub struct Target {
+    /// pullgate's API socket.
+    #[arg(long, short = 'a', global = true, default_value = "/run/pullgate/api.sock")]
+    pub address: PathBuf,
+    /// containerd namespace.
+    #[arg(long = "namespace", short = 'n', default_value = "default")]
+    pub namespace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RegistryArgs {
+    /// Principal (pod) inside the namespace the grant is for; empty for namespace-wide.
+    #[arg(long, default_value = "")]
+    pub principal: String,
+    /// Registry credentials, USER[:PASSWORD] (the password is asked for when omitted).
+    #[arg(long, short = 'u')]
+    pub user: Option<String>,
+    /// Talk to the registry over plain http.
+    #[arg(long)]
+    pub plain_http: bool,
+    /// containerd-style hosts directory (DIR/<host>/hosts.toml).
+    #[arg(long)]
+    pub hosts_dir: Option<PathBuf>,
+    /// Platform to select from an index.
+    #[arg(long, default_value = "linux/amd64")]
+    pub platform: String,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the daemon: serve containerd's Snapshots service on the configured socket.
+    /// Run the daemon: containerd's Snapshots service and pullgate's API.
     Serve {
         /// Configuration file (see config.toml.example).
         #[arg(long, short = 'c', default_value = "/etc/pullgate/config.toml")]
         config: PathBuf,
+    },
+    /// Pull an image through pullgate: verify at the registry, fetch missing blobs, unpack.
+    /// Prints the manifest digest.
+    Pull {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        /// Image reference, e.g. registry.example.com:5000/team/app:v1.
+        reference: String,
+    },
+    /// Prove access at the registry and record the grant, downloading nothing the origin
+    /// served before. Prints the manifest digest.
+    Verify {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        reference: String,
+    },
+    /// Print `allowed` or `denied: <reason>` for running the image; changes nothing.
+    Check {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long, default_value = "")]
+        principal: String,
+        reference: String,
+    },
+    /// List grants (of one namespace with -n; of all with --all).
+    Grants {
+        #[command(flatten)]
+        target: Target,
+        /// Every namespace.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Remove grants of a namespace: one principal's (--principal), or all of them; only at the
+    /// reference's origin when one is given.
+    Revoke {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        principal: Option<String>,
+        reference: Option<String>,
+    },
+    /// Show what pullgate recorded about an image reference or a digest.
+    Inspect {
+        #[arg(long, short = 'a', default_value = "/run/pullgate/api.sock")]
+        address: PathBuf,
+        target: String,
     },
 }
 
@@ -40,7 +130,6 @@ fn log_filter(level: &str) -> String {
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(log_filter(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -49,8 +138,191 @@ fn init_logging(level: &str) {
         .init();
 }
 
+fn runtime() -> Result<tokio::runtime::Runtime, i32> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
+        eprintln!("pullgate: cannot start runtime: {e}");
+        EXIT_FAILURE
+    })
+}
+
+/// Maps an API status to the one-line message and exit code.
+fn fail(s: tonic::Status) -> i32 {
+    let msg = s.message().replace('\n', " ");
+    eprintln!("pullgate: {}", if msg.is_empty() { s.code().description().to_string() } else { msg });
+    match s.code() {
+        Code::InvalidArgument => EXIT_USAGE,
+        Code::PermissionDenied | Code::Unauthenticated => EXIT_DENIED,
+        Code::NotFound => EXIT_NOT_FOUND,
+        Code::Unavailable => EXIT_UNAVAILABLE,
+        _ => EXIT_FAILURE,
+    }
+}
+
+async fn client(address: &std::path::Path) -> Result<PullgateClient<tonic::transport::Channel>, i32> {
+    match containerd_client::connect(address).await {
+        Ok(ch) => Ok(PullgateClient::new(ch)),
+        Err(e) => {
+            eprintln!("pullgate: cannot reach pullgate at {}: {e} (is `pullgate serve` running?)", address.display());
+            Err(EXIT_UNAVAILABLE)
+        }
+    }
+}
+
+fn credentials(user: Option<String>) -> Result<(String, String), i32> {
+    let Some(u) = user else { return Ok((String::new(), String::new())) };
+    if let Some((user, pw)) = u.split_once(':') {
+        return Ok((user.to_string(), pw.to_string()));
+    }
+    let pw = if std::io::stdin().is_terminal() {
+        rpassword::prompt_password("Password: ")
+    } else {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line.trim_end_matches(['\n', '\r']).to_string())
+    };
+    pw.map(|p| (u, p)).map_err(|e| {
+        eprintln!("pullgate: cannot read password: {e}");
+        EXIT_USAGE
+    })
+}
+
+fn pull_request(t: &Target, r: RegistryArgs, reference: String) -> Result<proto::PullRequest, i32> {
+    let (user, password) = credentials(r.user)?;
+    Ok(proto::PullRequest {
+        reference,
+        namespace: t.namespace.clone(),
+        principal: r.principal,
+        user,
+        password,
+        plain_http: r.plain_http,
+        hosts_dir: r.hosts_dir.map(|p| p.display().to_string()).unwrap_or_default(),
+        platform: r.platform,
+    })
+}
+
+fn report(out: proto::PullResponse) -> i32 {
+    println!("{}", out.manifest);
+    eprintln!(
+        "identity {}, {} blob(s) downloaded, {} layer(s) extracted, {} adopted",
+        out.identity,
+        out.downloaded.len(),
+        out.extracted,
+        out.adopted
+    );
+    0
+}
+
+async fn run_client(cmd: Command) -> i32 {
+    match cmd {
+        Command::Serve { .. } => EXIT_USAGE,
+        Command::Pull { target, registry, reference } => {
+            let req = match pull_request(&target, registry, reference) {
+                Ok(r) => r,
+                Err(c) => return c,
+            };
+            let mut c = match client(&target.address).await {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            c.pull(req).await.map(|r| report(r.into_inner())).unwrap_or_else(fail)
+        }
+        Command::Verify { target, registry, reference } => {
+            let req = match pull_request(&target, registry, reference) {
+                Ok(r) => r,
+                Err(c) => return c,
+            };
+            let mut c = match client(&target.address).await {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            c.verify(req).await.map(|r| report(r.into_inner())).unwrap_or_else(fail)
+        }
+        Command::Check { target, principal, reference } => {
+            let mut c = match client(&target.address).await {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let req = proto::CheckRequest { reference, namespace: target.namespace, principal };
+            match c.check(req).await {
+                Ok(r) if r.get_ref().allowed => {
+                    println!("allowed");
+                    0
+                }
+                Ok(r) => {
+                    println!("denied: {}", r.into_inner().reason);
+                    EXIT_DENIED
+                }
+                Err(s) => fail(s),
+            }
+        }
+        Command::Grants { target, all } => {
+            let mut c = match client(&target.address).await {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let ns = if all { String::new() } else { target.namespace };
+            match c.grants(proto::GrantsRequest { namespace: ns }).await {
+                Ok(r) => {
+                    println!("{:<16} {:<16} {:<40} {:<20} {:<20} VERIFIED", "NAMESPACE", "PRINCIPAL", "ORIGIN", "MANIFEST", "IDENTITY");
+                    for g in r.into_inner().grants {
+                        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(g.verified_at_unix.max(0) as u64);
+                        let manifest: String = g.manifest.chars().take(19).collect();
+                        let principal = if g.principal.is_empty() { "-".to_string() } else { g.principal };
+                        println!(
+                            "{:<16} {:<16} {:<40} {:<20} {:<20} {}",
+                            g.namespace,
+                            principal,
+                            g.origin,
+                            manifest,
+                            g.identity,
+                            humantime::format_rfc3339_seconds(when)
+                        );
+                    }
+                    0
+                }
+                Err(s) => fail(s),
+            }
+        }
+        Command::Revoke { target, principal, reference } => {
+            let mut c = match client(&target.address).await {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let req = proto::RevokeRequest {
+                namespace: target.namespace,
+                all_principals: principal.is_none(),
+                principal: principal.unwrap_or_default(),
+                reference: reference.unwrap_or_default(),
+            };
+            match c.revoke(req).await {
+                Ok(r) => {
+                    println!("revoked {} grant(s)", r.into_inner().revoked);
+                    0
+                }
+                Err(s) => fail(s),
+            }
+        }
+        Command::Inspect { address, target } => {
+            let mut c = match client(&address).await {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match c.inspect(proto::InspectRequest { target }).await {
+                Ok(r) => {
+                    print!("{}", r.into_inner().text);
+                    0
+                }
+                Err(s) => fail(s),
+            }
+        }
+    }
+}
+
 /// Runs the parsed command; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
     match cli.command {
         Command::Serve { config } => {
             let cfg = match Config::load(&config) {
@@ -61,13 +333,6 @@ pub fn run(cli: Cli) -> i32 {
                 }
             };
             init_logging(&cfg.daemon.log_level);
-            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("pullgate: cannot start runtime: {e}");
-                    return EXIT_FAILURE;
-                }
-            };
             match rt.block_on(crate::daemon::serve(cfg)) {
                 Ok(()) => 0,
                 Err(e) => {
@@ -77,6 +342,7 @@ pub fn run(cli: Cli) -> i32 {
                 }
             }
         }
+        other => rt.block_on(run_client(other)),
     }
 }
 
@@ -88,5 +354,22 @@ mod tests {
     fn bare_levels_scope_to_pullgate() {
         assert_eq!(log_filter("debug"), "warn,pullgate=debug");
         assert_eq!(log_filter("info,h2=trace"), "info,h2=trace");
+    }
+
+    #[test]
+    fn contract_parses() {
+        let c = Cli::try_parse_from(["pullgate", "pull", "-n", "b", "--principal", "p", "--user", "u:p", "--plain-http", "--hosts-dir", "/d", "--platform", "linux/arm64", "--address", "/s", "reg.io/a:v1"]).unwrap();
+        assert!(matches!(c.command, Command::Pull { .. }));
+        for args in [
+            vec!["pullgate", "verify", "reg.io/a"],
+            vec!["pullgate", "check", "-n", "x", "--principal", "p", "reg.io/a"],
+            vec!["pullgate", "grants", "-n", "x"],
+            vec!["pullgate", "revoke", "-n", "x", "--principal", "p", "reg.io/a"],
+            vec!["pullgate", "revoke", "-n", "x"],
+            vec!["pullgate", "inspect", "reg.io/a:v1"],
+            vec!["pullgate", "serve", "--config", "/etc/x.toml"],
+        ] {
+            Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        }
     }
 }

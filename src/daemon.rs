@@ -9,6 +9,9 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The name containerd knows pullgate by (`[proxy_plugins.pullgate]`); pull unpacks into it.
+pub const SNAPSHOTTER_NAME: &str = "pullgate";
+
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error("{context} {path}: {source}")]
@@ -17,6 +20,8 @@ pub enum DaemonError {
     NoOverlay(String),
     #[error(transparent)]
     Snapshotter(#[from] SnapshotterError),
+    #[error(transparent)]
+    Credential(#[from] crate::credential::CredentialError),
     #[error("serving gRPC: {0}")]
     Transport(#[from] tonic::transport::Error),
 }
@@ -63,7 +68,7 @@ pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, DaemonError>
     Ok(l)
 }
 
-async fn shutdown_signal() {
+async fn shutdown_signal(tx: tokio::sync::watch::Sender<bool>) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::error!("cannot install signal handlers; stop pullgate with SIGKILL");
@@ -73,6 +78,11 @@ async fn shutdown_signal() {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
     }
+    let _ = tx.send(true);
+}
+
+async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
 }
 
 pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
@@ -83,22 +93,41 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
     fs::create_dir_all(root).map_err(io_at("create root", root))?;
     fs::set_permissions(root, fs::Permissions::from_mode(0o700)).map_err(io_at("chmod", root))?;
     let driver = choose_driver(&cfg)?;
+    let gate = Arc::new(crate::gate::Gate::new(cfg.gate()));
     let snap = {
         let root = root.clone();
-        let gate = crate::gate::Gate::new(cfg.gate());
+        let gate = gate.clone();
         tokio::task::spawn_blocking(move || Snapshotter::open(&root, driver, gate))
             .await
             .map_err(|e| DaemonError::Io { context: "open snapshotter in", path: cfg.daemon.root.clone(), source: io::Error::other(e) })??
     };
+    let snap = Arc::new(snap);
+    let key = Arc::new(crate::credential::IdentityKey::load_or_create(&root.join("identity.key"))?);
+    let puller = Arc::new(crate::pull::Puller {
+        containerd: cfg.daemon.containerd_address.clone(),
+        snapshotter_name: SNAPSHOTTER_NAME.to_string(),
+        snap: snap.clone(),
+        key,
+        probe_anonymous: cfg.policy.probe_anonymous,
+        hosts_dir: cfg.registry.hosts_dir.clone(),
+    });
     let sock = &cfg.daemon.snapshotter_socket;
     let listener = bind_socket(sock)?;
-    tracing::info!(root = %root.display(), socket = %sock.display(), driver = ?driver, "pullgate snapshotter serving");
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    let result = tonic::transport::Server::builder()
-        .add_service(service::server(Arc::new(snap)))
-        .serve_with_incoming_shutdown(incoming, shutdown_signal())
-        .await;
+    let api_sock = &cfg.daemon.api_socket;
+    let api_listener = bind_socket(api_sock)?;
+    tracing::info!(root = %root.display(), socket = %sock.display(), api = %api_sock.display(), driver = ?driver,
+        policy = ?cfg.policy.verification, "pullgate serving");
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(shutdown_signal(tx));
+    let snapshots = tonic::transport::Server::builder()
+        .add_service(service::server(snap))
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), stopped(rx.clone()));
+    let api = tonic::transport::Server::builder()
+        .add_service(crate::api::server(crate::api::Api { puller, gate }))
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(api_listener), stopped(rx));
+    let result = tokio::try_join!(snapshots, api);
     let _ = fs::remove_file(sock);
+    let _ = fs::remove_file(api_sock);
     result?;
     Ok(())
 }

@@ -103,6 +103,11 @@ pub fn manifest(tx: &impl LedgerRead, digest: &str) -> Result<Option<ManifestRec
     tx.get_json(Collection::Manifests, digest)
 }
 
+/// Manifests fetched as the image name `name` (`host/repo:tag`), or by digest.
+pub fn manifests_named(tx: &impl LedgerRead, name: &str) -> Result<Vec<(String, ManifestRec)>, StoreError> {
+    Ok(tx.scan::<ManifestRec>(Collection::Manifests, "")?.into_iter().filter(|(_, m)| m.names.contains(name)).collect())
+}
+
 pub fn layer(tx: &impl LedgerRead, diff_id: &str) -> Result<Option<LayerRec>, StoreError> {
     tx.get_json(Collection::Layers, diff_id)
 }

@@ -6,6 +6,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::unwrap_used)]
 
+pub mod api;
 pub mod cli;
 pub mod config;
 pub mod credential;

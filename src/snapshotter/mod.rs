@@ -86,7 +86,7 @@ impl filter::Adaptor for Info {
 pub struct Snapshotter {
     store: MetaStore,
     layout: Layout,
-    gate: Gate,
+    gate: std::sync::Arc<Gate>,
     /// Cleanup takes it exclusively so that no staged directory is mistaken for garbage.
     cleanup_lock: RwLock<()>,
 }
@@ -189,7 +189,7 @@ fn info_of(name: &str, r: &Record) -> Info {
 impl Snapshotter {
     /// Opens (or creates) a snapshotter rooted at `root` and removes directories left over by
     /// a crash.
-    pub fn open(root: &Path, driver: Driver, gate: Gate) -> Result<Snapshotter> {
+    pub fn open(root: &Path, driver: Driver, gate: std::sync::Arc<Gate>) -> Result<Snapshotter> {
         std::fs::create_dir_all(root)
             .map_err(|source| SnapshotterError::Io { context: format!("create {}", root.display()), source })?;
         let layout = Layout::new(root, driver)?;
@@ -471,7 +471,7 @@ mod tests {
 
     fn snap() -> (tempfile::TempDir, Snapshotter) {
         let dir = tempfile::tempdir().unwrap();
-        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, Gate::new(Default::default())).unwrap();
+        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, std::sync::Arc::new(Gate::new(Default::default()))).unwrap();
         (dir, s)
     }
 

@@ -1,0 +1,313 @@
+//! api: pullgate's own gRPC service (proto/pullgate.proto) on `api_socket`: pull, verify,
+//! check, grants, revoke, inspect. Thin adapters over `pull`, `ledger` and `gate`; every error
+//! is mapped to a gRPC code once, in `From<ApiError> for Status`. Passwords arrive here over
+//! the root-only socket and go only into the registry session.
+pub mod proto {
+    #![allow(clippy::all)]
+    tonic::include_proto!("pullgate.v1");
+}
+
+use crate::credential::{short, Credential, CredentialError, Secret};
+use crate::gate::{ChainInfo, Gate, GateError, Subject};
+use crate::ledger;
+use crate::metastore::StoreError;
+use crate::pull::{self, PullError, Puller};
+use crate::reference::{is_digest, Reference, ReferenceError};
+use crate::registry::RegistryError;
+use proto::pullgate_server::{Pullgate, PullgateServer};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use tonic::{Code, Request, Response, Status};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Reference(#[from] ReferenceError),
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Pull(#[from] PullError),
+    #[error("ledger: {0}")]
+    Ledger(#[from] StoreError),
+    #[error("{0}")]
+    NotFound(String),
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Status {
+        let code = match &e {
+            ApiError::Reference(_) | ApiError::Credential(_) | ApiError::Invalid(_) => Code::InvalidArgument,
+            ApiError::NotFound(_) => Code::NotFound,
+            ApiError::Ledger(_) => Code::Internal,
+            ApiError::Pull(p) => match p {
+                PullError::Registry(r) => match r {
+                    RegistryError::BadCredential { .. } | RegistryError::AuthRequired { .. } => Code::Unauthenticated,
+                    RegistryError::NoAccess { .. } => Code::PermissionDenied,
+                    RegistryError::NotFound { .. } => Code::NotFound,
+                    RegistryError::Unavailable { .. } => Code::Unavailable,
+                    RegistryError::DigestMismatch { .. } => Code::DataLoss,
+                    RegistryError::Protocol { .. } => Code::Unknown,
+                    RegistryError::Config(_) => Code::InvalidArgument,
+                },
+                PullError::Containerd(c) => c.code,
+                PullError::Ledger(_) => Code::Internal,
+                PullError::BadImage { .. } => Code::InvalidArgument,
+            },
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+type Result<T> = std::result::Result<T, ApiError>;
+
+/// Namespaces and principals: printable, no path separators (containerd's namespace rules are
+/// stricter still; this keeps them safe as ledger key parts).
+pub fn validate_name(what: &str, s: &str, allow_empty: bool) -> Result<()> {
+    if s.is_empty() && allow_empty {
+        return Ok(());
+    }
+    if s.is_empty() || s.len() > 253 || s.chars().any(|c| c.is_control() || c.is_whitespace() || c == '/') {
+        return Err(ApiError::Invalid(format!("invalid {what} {s:?}: 1-253 printable characters without whitespace or '/'")));
+    }
+    Ok(())
+}
+
+pub struct Api {
+    pub puller: Arc<Puller>,
+    pub gate: Arc<Gate>,
+}
+
+pub fn server(api: Api) -> PullgateServer<Api> {
+    PullgateServer::new(api)
+}
+
+impl Api {
+    fn pull_request(r: proto::PullRequest) -> Result<pull::Request> {
+        validate_name("namespace", &r.namespace, false)?;
+        validate_name("principal", &r.principal, true)?;
+        let reference = Reference::parse(&r.reference)?;
+        let cred = if r.user.is_empty() {
+            None
+        } else {
+            let c = Credential::parse(&format!("{}:x", r.user))?;
+            Some(Credential { user: c.user, secret: Secret::new(r.password) })
+        };
+        let platform = if r.platform.is_empty() { "linux/amd64".to_string() } else { r.platform };
+        crate::registry::parse_platform(&platform).map_err(ApiError::Invalid)?;
+        let hosts_dir = if r.hosts_dir.is_empty() { None } else { Some(std::path::PathBuf::from(r.hosts_dir)) };
+        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, hosts_dir, platform })
+    }
+
+    fn pull_response(o: pull::Outcome) -> proto::PullResponse {
+        proto::PullResponse {
+            manifest: o.manifest,
+            identity: short(&o.identity),
+            downloaded: o.downloaded,
+            extracted: o.extracted as u32,
+            adopted: o.adopted as u32,
+        }
+    }
+
+    /// Would (namespace, principal) be allowed to run the image? The same decision the gate
+    /// makes on a container's Prepare, from the ledger alone.
+    fn check(&self, r: &proto::CheckRequest) -> Result<std::result::Result<(), String>> {
+        validate_name("namespace", &r.namespace, false)?;
+        validate_name("principal", &r.principal, true)?;
+        let reference = Reference::parse(&r.reference)?;
+        let subject = Subject { namespace: &r.namespace, principal: &r.principal };
+        let decision = self.puller.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
+            let found = match &reference.digest {
+                Some(d) => ledger::manifest(tx, d)?.map(|m| vec![(d.clone(), m)]).unwrap_or_default(),
+                None => ledger::manifests_named(tx, &reference.image_name())?,
+            };
+            let chains: Vec<ChainInfo> = if found.is_empty() {
+                vec![ChainInfo { chain_id: String::new(), diff_ids: vec![], unknown_layers: 1 }]
+            } else {
+                found
+                    .into_iter()
+                    .map(|(_, m)| ChainInfo {
+                        chain_id: ledger::chain_ids(&m.diff_ids).last().cloned().unwrap_or_default(),
+                        diff_ids: m.diff_ids,
+                        unknown_layers: 0,
+                    })
+                    .collect()
+            };
+            // Allowed if any recorded manifest for the name is allowed.
+            let mut last = Ok(());
+            for c in chains {
+                last = self.gate.use_chain(tx, &subject, &c);
+                if last.is_ok() {
+                    break;
+                }
+            }
+            Ok(last)
+        })?;
+        match decision {
+            Ok(()) => Ok(Ok(())),
+            Err(GateError::Denied(d)) => Ok(Err(d.to_string())),
+            Err(e @ GateError::Ledger(_)) => Ok(Err(e.to_string())),
+        }
+    }
+
+    fn inspect(&self, target: &str) -> Result<String> {
+        let store = self.puller.snap.store();
+        store
+            .read(|tx| -> std::result::Result<_, ApiError> {
+                let mut out = String::new();
+                let manifests = if is_digest(target) {
+                    ledger::manifest(tx, target)?.map(|m| vec![(target.to_string(), m)]).unwrap_or_default()
+                } else {
+                    ledger::manifests_named(tx, &Reference::parse(target)?.image_name())?
+                };
+                for (digest, m) in &manifests {
+                    let _ = writeln!(out, "manifest {digest}");
+                    let _ = writeln!(out, "  names:   {}", m.names.iter().cloned().collect::<Vec<_>>().join(", "));
+                    let _ = writeln!(out, "  origins: {}", m.origins.iter().cloned().collect::<Vec<_>>().join(", "));
+                    let _ = writeln!(out, "  config:  {}", m.config);
+                    write_blob_origins(tx, &mut out, &m.config, "    ")?;
+                    for (i, (b, d)) in m.layers.iter().zip(&m.diff_ids).enumerate() {
+                        let public = ledger::layer(tx, d)?.is_some_and(|l| l.public);
+                        let _ = writeln!(out, "  layer {i}: {b} (diffID {d}) {}", if public { "public" } else { "protected" });
+                        write_blob_origins(tx, &mut out, b, "    ")?;
+                    }
+                    for g in ledger::grants(tx, None)?.into_iter().filter(|g| &g.manifest == digest) {
+                        let _ = writeln!(
+                            out,
+                            "  grant: namespace={} principal={:?} origin={} identity={} verified={}",
+                            g.namespace,
+                            g.principal,
+                            g.origin,
+                            short(&g.grant.identity),
+                            fmt_time(g.grant.verified_at)
+                        );
+                    }
+                }
+                if manifests.is_empty() && is_digest(target) {
+                    if let Some(l) = ledger::layer(tx, target)? {
+                        let _ = writeln!(out, "layer {target} {}", if l.public { "public" } else { "protected" });
+                        let _ = writeln!(out, "  in manifests: {}", l.manifests.iter().cloned().collect::<Vec<_>>().join(", "));
+                        for b in &l.blobs {
+                            let _ = writeln!(out, "  blob {b}");
+                            write_blob_origins(tx, &mut out, b, "    ")?;
+                        }
+                    } else if !ledger::blob_origins(tx, target)?.is_empty() {
+                        let _ = writeln!(out, "blob {target}");
+                        write_blob_origins(tx, &mut out, target, "  ")?;
+                    }
+                }
+                if out.is_empty() {
+                    return Err(ApiError::NotFound(format!("pullgate has no record of {target}")));
+                }
+                Ok(out)
+            })
+    }
+}
+
+fn fmt_time(nanos: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(nanos.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn write_blob_origins(tx: &impl crate::metastore::LedgerRead, out: &mut String, blob: &str, indent: &str) -> std::result::Result<(), StoreError> {
+    for (origin, o) in ledger::blob_origins(tx, blob)? {
+        let ids: Vec<String> = o.identities.iter().map(|i| short(i)).collect();
+        let _ = writeln!(out, "{indent}served by {origin} to {}", ids.join(", "));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl Pullgate for Api {
+    async fn pull(&self, req: Request<proto::PullRequest>) -> std::result::Result<Response<proto::PullResponse>, Status> {
+        let r = Self::pull_request(req.into_inner())?;
+        let out = self.puller.pull(&r).await.map_err(ApiError::from)?;
+        Ok(Response::new(Self::pull_response(out)))
+    }
+
+    async fn verify(&self, req: Request<proto::PullRequest>) -> std::result::Result<Response<proto::PullResponse>, Status> {
+        let r = Self::pull_request(req.into_inner())?;
+        let out = self.puller.verify(&r).await.map_err(ApiError::from)?;
+        Ok(Response::new(Self::pull_response(out)))
+    }
+
+    async fn check(&self, req: Request<proto::CheckRequest>) -> std::result::Result<Response<proto::CheckResponse>, Status> {
+        let r = req.into_inner();
+        Ok(Response::new(match self.check(&r)? {
+            Ok(()) => proto::CheckResponse { allowed: true, reason: String::new() },
+            Err(reason) => proto::CheckResponse { allowed: false, reason },
+        }))
+    }
+
+    async fn grants(&self, req: Request<proto::GrantsRequest>) -> std::result::Result<Response<proto::GrantsResponse>, Status> {
+        let r = req.into_inner();
+        validate_name("namespace", &r.namespace, true)?;
+        let ns = (!r.namespace.is_empty()).then_some(r.namespace.as_str());
+        let grants = self.puller.snap.store().read(|tx| ledger::grants(tx, ns)).map_err(ApiError::from)?;
+        Ok(Response::new(proto::GrantsResponse {
+            grants: grants
+                .into_iter()
+                .map(|g| proto::Grant {
+                    namespace: g.namespace,
+                    principal: g.principal,
+                    origin: g.origin,
+                    manifest: g.manifest,
+                    identity: short(&g.grant.identity),
+                    verified_at_unix: g.grant.verified_at / 1_000_000_000,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn revoke(&self, req: Request<proto::RevokeRequest>) -> std::result::Result<Response<proto::RevokeResponse>, Status> {
+        let r = req.into_inner();
+        validate_name("namespace", &r.namespace, false)?;
+        validate_name("principal", &r.principal, true)?;
+        let origin = if r.reference.is_empty() { None } else { Some(Reference::parse(&r.reference).map_err(ApiError::from)?.origin()) };
+        let principal = if r.all_principals { None } else { Some(r.principal.as_str()) };
+        let n = self
+            .puller
+            .snap
+            .store()
+            .write(|tx| ledger::revoke(tx, &r.namespace, principal, origin.as_deref()))
+            .map_err(ApiError::from)?;
+        tracing::info!(namespace = %r.namespace, principal = ?principal, origin = ?origin, revoked = n, "grants revoked");
+        Ok(Response::new(proto::RevokeResponse { revoked: n as u32 }))
+    }
+
+    async fn inspect(&self, req: Request<proto::InspectRequest>) -> std::result::Result<Response<proto::InspectResponse>, Status> {
+        let r = req.into_inner();
+        let text = self.inspect(&r.target)?;
+        Ok(Response::new(proto::InspectResponse { text }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes() {
+        let reg = |e: RegistryError| Status::from(ApiError::Pull(PullError::Registry(e))).code();
+        let h = || "h".to_string();
+        assert_eq!(reg(RegistryError::BadCredential { host: h(), user: "u".into() }), Code::Unauthenticated);
+        assert_eq!(reg(RegistryError::AuthRequired { host: h(), repo: h() }), Code::Unauthenticated);
+        assert_eq!(reg(RegistryError::NoAccess { host: h(), repo: h() }), Code::PermissionDenied);
+        assert_eq!(reg(RegistryError::NotFound { host: h(), repo: h(), what: h() }), Code::NotFound);
+        assert_eq!(reg(RegistryError::Unavailable { host: h(), reason: h() }), Code::Unavailable);
+        assert_eq!(reg(RegistryError::DigestMismatch { what: h(), expected: h(), actual: h() }), Code::DataLoss);
+        assert_eq!(reg(RegistryError::Protocol { host: h(), reason: h() }), Code::Unknown);
+        assert_eq!(Status::from(ApiError::Invalid("x".into())).code(), Code::InvalidArgument);
+        assert_eq!(Status::from(ApiError::NotFound("x".into())).code(), Code::NotFound);
+    }
+
+    #[test]
+    fn names() {
+        assert!(validate_name("namespace", "team-a", false).is_ok());
+        assert!(validate_name("principal", "", true).is_ok());
+        for bad in ["", "a/b", "a b", "a\u{0}", "x\n"] {
+            assert!(validate_name("namespace", bad, false).is_err(), "{bad:?}");
+        }
+    }
+}
