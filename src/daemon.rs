@@ -97,9 +97,12 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
     let snap = {
         let root = root.clone();
         let gate = gate.clone();
-        tokio::task::spawn_blocking(move || Snapshotter::open(&root, driver, gate))
-            .await
-            .map_err(|e| DaemonError::Io { context: "open snapshotter in", path: cfg.daemon.root.clone(), source: io::Error::other(e) })??
+        // redb panics on some kinds of damage: report it and refuse to serve (fail closed).
+        tokio::task::spawn_blocking(move || Snapshotter::open(&root, driver, gate)).await.map_err(|e| DaemonError::Io {
+            context: "the metadata database is damaged (opening it panicked); refusing to serve:",
+            path: cfg.daemon.root.join("metadata.redb"),
+            source: io::Error::other(e),
+        })??
     };
     let snap = Arc::new(snap);
     let key = Arc::new(crate::credential::IdentityKey::load_or_create(&root.join("identity.key"))?);

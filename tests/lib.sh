@@ -22,6 +22,12 @@ check_out() {
   local out; out=$("$@" 2>&1); local rc=$?
   if [ $rc -eq 0 ] && grep -qF -- "$want" <<<"$out"; then pass "$d"; else fail "$d (rc=$rc, want '$want', got: $(head -c 600 <<<"$out"))"; fi
 }
+# check_has DESC WANT CMD...: passes when CMD's output contains WANT, whatever its exit code.
+check_has() {
+  local d=$1 want=$2; shift 2
+  local out; out=$("$@" 2>&1)
+  if grep -qF -- "$want" <<<"$out"; then pass "$d"; else fail "$d (want '$want', got: $(head -c 600 <<<"$out"))"; fi
+}
 # check_err DESC PATTERN CMD...: passes when CMD fails and its output matches the ERE PATTERN.
 check_err() {
   local d=$1 pat=$2; shift 2
@@ -82,6 +88,42 @@ YML
   printf -v "REG_$name" '%s' "127.0.0.1:$port"
 }
 
+# start_token_registry NAME ACL_JSON: a registry with token auth and its token server.
+# Sets REG_<NAME>=127.0.0.1:PORT; the token server logs to $WORK/registry-NAME/token.log.
+start_token_registry() {
+  local name=$1 acl=$2 port tport; port=$(free_port); tport=$(free_port)
+  local dir=$WORK/registry-$name; mkdir -p "$dir/data"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$dir/key.pem" -out "$dir/cert.pem" -days 2 \
+    -subj "/CN=pullgate-test-token" >/dev/null 2>&1
+  cp "$acl" "$dir/acl.json"
+  /usr/bin/python3 "$REPO/tests/tokenserver.py" --port "$tport" --key "$dir/key.pem" --cert "$dir/cert.pem" \
+    --config "$dir/acl.json" --log "$dir/token.log" >"$dir/token.out" 2>&1 &
+  PIDS+=($!)
+  cat > "$dir/config.yml" <<YML
+version: 0.1
+log:
+  level: info
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: $dir/data
+http:
+  addr: 127.0.0.1:$port
+auth:
+  token:
+    realm: http://127.0.0.1:$tport/token
+    service: pullgate-test-registry
+    issuer: pullgate-test-issuer
+    rootcertbundle: $dir/cert.pem
+YML
+  docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 &
+  PIDS+=($!)
+  wait_for 20 bash -c "curl -s -o /dev/null http://127.0.0.1:$port/v2/ && curl -s -o /dev/null 'http://127.0.0.1:$tport/token?service=x'" \
+    || { echo "token registry $name did not start:"; cat "$dir/log" "$dir/token.out"; return 1; }
+  printf -v "REG_$name" '%s' "127.0.0.1:$port"
+}
+
 # push_image LAYOUT_DIR TAG HOST/REPO:TAG [USER:PASS]
 push_image() {
   local creds=()
@@ -118,6 +160,14 @@ start_pullgate() {
   "$PG_BIN" serve --config "$d/config.toml" >>"$d/log" 2>&1 &
   PG_PID=$!; PIDS+=($PG_PID)
   wait_for 20 test -S "$d/snapshotter.sock" || { echo "pullgate did not start:"; cat "$d/log"; return 1; }
+}
+
+# wait_backend NS: waits until containerd reaches pullgate again (after a pullgate restart;
+# containerd's gRPC client reconnects with up to 3 s of backoff). Prepares NS/probe once.
+wait_backend() {
+  local ns=${1:-pullgate-probe}
+  ctr_ -n "$ns" snapshots --snapshotter pullgate prepare probe "" >/dev/null 2>&1
+  wait_for 30 ctr_ -n "$ns" snapshots --snapshotter pullgate mounts /tmp probe
 }
 
 # containerd_config VERSION PG_SOCKET [keep-builtin]: the operator's fragment from plugin/,

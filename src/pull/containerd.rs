@@ -125,27 +125,50 @@ impl Containerd {
     }
 
     /// Makes a blob that containerd already holds (shared content store) part of this
-    /// namespace without sending bytes. False when containerd does not have it.
+    /// namespace without sending bytes: containerd reports such an ingest as complete, and
+    /// committing it with the expected digest adopts the blob. False when containerd does not
+    /// have it.
     pub async fn adopt_content(&self, digest: &str, size: u64) -> Result<bool> {
         let r#ref = format!("pullgate-adopt-{}", uuid::Uuid::new_v4());
-        let first = WriteContentRequest { action: WriteAction::Stat as i32, r#ref: r#ref.clone(), total: size as i64, expected: digest.to_string(), ..Default::default() };
-        let resp = ContentClient::new(self.channel.clone()).write(self.req(tokio_stream::iter(vec![first]))).await;
-        match resp {
-            Err(s) if s.code() == Code::AlreadyExists => Ok(true),
-            Err(s) => Err(err(format!("adopt content {digest}"))(s)),
-            Ok(mut stream) => {
-                // Drain, then abort the empty ingest we opened.
-                while let Some(m) = stream.get_mut().next().await {
-                    if let Err(s) = m {
-                        if s.code() == Code::AlreadyExists {
-                            return Ok(true);
-                        }
-                    }
-                }
-                let _ = ContentClient::new(self.channel.clone()).abort(self.req(AbortRequest { r#ref })).await;
-                Ok(false)
+        let context = || format!("adopt content {digest}");
+        let (tx, rx) = tokio::sync::mpsc::channel::<WriteContentRequest>(2);
+        let stat = WriteContentRequest { action: WriteAction::Stat as i32, r#ref: r#ref.clone(), total: size as i64, expected: digest.to_string(), ..Default::default() };
+        tx.send(stat).await.map_err(|_| ContainerdError { context: context(), status: "stream closed".into(), code: Code::Aborted })?;
+        let mut stream = match ContentClient::new(self.channel.clone()).write(self.req(tokio_stream::wrappers::ReceiverStream::new(rx))).await {
+            Err(s) if s.code() == Code::AlreadyExists => return Ok(true),
+            Err(s) => return Err(err(context())(s)),
+            Ok(s) => s.into_inner(),
+        };
+        let status = match stream.next().await {
+            Some(Ok(m)) => m,
+            Some(Err(s)) if s.code() == Code::AlreadyExists => return Ok(true),
+            Some(Err(s)) => return Err(err(context())(s)),
+            None => return Ok(false),
+        };
+        let adopted = if status.total == size as i64 && status.offset == size as i64 && size > 0 {
+            let commit = WriteContentRequest {
+                action: WriteAction::Commit as i32,
+                r#ref: r#ref.clone(),
+                total: size as i64,
+                expected: digest.to_string(),
+                offset: size as i64,
+                ..Default::default()
+            };
+            let sent = tx.send(commit).await.is_ok();
+            match stream.next().await {
+                Some(Ok(_)) => sent,
+                Some(Err(s)) if s.code() == Code::AlreadyExists => true,
+                Some(Err(s)) => return Err(err(context())(s)),
+                None => false,
             }
+        } else {
+            false
+        };
+        drop(tx);
+        if !adopted {
+            let _ = ContentClient::new(self.channel.clone()).abort(self.req(AbortRequest { r#ref })).await;
         }
+        Ok(adopted)
     }
 
     /// Opens a streamed write of `digest` (`size` bytes). Feed it with `ContentWriter::write`
@@ -298,8 +321,10 @@ impl ContentWriter {
             r#ref: self.r#ref.clone(),
             total: self.size as i64,
             expected: self.digest.clone(),
+            // containerd truncates an ingest when a request says offset 0.
+            offset: self.offset as i64,
             labels,
-            ..Default::default()
+            data: Vec::new(),
         };
         self.send(m).await?;
         self.tx = None;

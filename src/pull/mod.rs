@@ -19,10 +19,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Content label: the origin a blob came from.
-pub const ORIGIN_LABEL: &str = "pullgate.io/origin";
-/// Content label: the credential identity (short form) that fetched or verified it.
-pub const IDENTITY_LABEL: &str = "pullgate.io/identity";
+/// Content label prefix: `pullgate.io/origin.<host/repo>` = the credential identity (short
+/// form) that fetched or verified the blob there, one label per origin.
+pub const ORIGIN_LABEL_PREFIX: &str = "pullgate.io/origin.";
 
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {
@@ -207,7 +206,7 @@ impl Puller {
             identity = %short(&identity), downloaded = out.downloaded.len(), "grant recorded");
 
         // 5. Labels in the namespace's content store: where the blobs came from, and for whom.
-        let who = HashMap::from([(ORIGIN_LABEL.to_string(), origin.clone()), (IDENTITY_LABEL.to_string(), short(&identity))]);
+        let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{origin}"), short(&identity))]);
         for b in std::iter::once(&config).chain(&layers) {
             if cd.has_content(&b.digest).await? {
                 cd.label_content(&b.digest, &who).await?;
