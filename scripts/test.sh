@@ -5,7 +5,8 @@
 #   3. containerd's snapshotter conformance suite against the daemon, through the proxy client
 #      and through containerd's metadata layer, for the overlay and the copying driver, plus
 #      wrong requests straight to the socket
-#   4. end to end under real containerd 1.6, 1.7 and 2.1
+#   4. end to end under real containerd 1.6, 1.7 and 2.1: the snapshotter, and the gate
+#      (registries with htpasswd and token auth, an attacker's registry, both attacks)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -32,6 +33,8 @@ done
 for v in 1.6 1.7 2.1; do
   step "end to end: snapshotter under containerd $v"
   bash tests/e2e_snapshotter.sh "$v" || failed+=("e2e snapshotter containerd $v")
+  step "end to end: the gate under containerd $v"
+  bash tests/e2e_gate.sh "$v" || failed+=("e2e gate containerd $v")
 done
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -124,11 +124,13 @@ YML
   printf -v "REG_$name" '%s' "127.0.0.1:$port"
 }
 
-# push_image LAYOUT_DIR TAG HOST/REPO:TAG [USER:PASS]
+# push_image LAYOUT_DIR TAG HOST/REPO:TAG [USER:PASS] [--all]: with --all the layout's index
+# is pushed too, so the tag names an index (platform selection is exercised).
 push_image() {
-  local creds=()
+  local creds=() all=()
   [ -n "${4:-}" ] && creds=(--dest-creds "$4")
-  skopeo copy --quiet --dest-tls-verify=false "${creds[@]}" "oci:$1:$2" "docker://$3" >/dev/null
+  [ "${5:-}" = --all ] && all=(--all)
+  skopeo copy --quiet "${all[@]}" --dest-tls-verify=false "${creds[@]}" "oci:$1:$2" "docker://$3" >/dev/null
 }
 
 # containerd_bindir VERSION

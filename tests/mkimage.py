@@ -50,6 +50,8 @@ def main():
     ap.add_argument("--extra-layers", type=int, default=0)
     ap.add_argument("--layer-mb", type=float, default=10)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--nested-index", action="store_true",
+                    help="tag an image index (one linux/amd64 entry) instead of the manifest")
     a = ap.parse_args()
 
     with open(BUSYBOX, "rb") as f:
@@ -90,10 +92,14 @@ def main():
                 "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cn},
                 "layers": descs}
     md, mn = blob(out, json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode())
-    index = {"schemaVersion": 2, "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": mn,
-        "platform": {"architecture": "amd64", "os": "linux"},
-        "annotations": {"org.opencontainers.image.ref.name": a.tag}}]}
+    entry = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": mn,
+             "platform": {"architecture": "amd64", "os": "linux"}}
+    if a.nested_index:
+        nested = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [entry]}
+        nd, nn = blob(out, json.dumps(nested, sort_keys=True, separators=(",", ":")).encode())
+        entry = {"mediaType": "application/vnd.oci.image.index.v1+json", "digest": nd, "size": nn}
+    entry["annotations"] = {"org.opencontainers.image.ref.name": a.tag}
+    index = {"schemaVersion": 2, "manifests": [entry]}
     with open(os.path.join(out, "index.json"), "w") as f:
         json.dump(index, f, sort_keys=True)
     with open(os.path.join(out, "oci-layout"), "w") as f:
