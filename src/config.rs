@@ -194,6 +194,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_example_parses() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config.toml.example")).unwrap();
+        let c = Config::parse(&text).unwrap();
+        assert_eq!(c.policy.verification, crate::gate::Policy::NeverVerifyPreloadedImages);
+    }
+
+    #[test]
     fn defaults_apply() {
         let c = Config::parse("").unwrap();
         assert_eq!(c.daemon.root, PathBuf::from("/var/lib/pullgate"));

@@ -53,7 +53,7 @@ cleanup() {
   if [ -z "${KEEP_WORK:-}" ]; then rm -rf "$WORK"; else echo "kept $WORK"; fi
 }
 
-# start_registry NAME [htpasswd USER PASS]: anonymous (or Basic-auth) distribution registry.
+# start_registry NAME [htpasswd USER PASS [USER PASS...]]: anonymous (or Basic-auth) registry.
 # Sets REG_<NAME>=127.0.0.1:PORT.
 start_registry() {
   local name=$1 mode=${2:-} port; port=$(free_port)
@@ -61,6 +61,8 @@ start_registry() {
   local auth=""
   if [ "$mode" = htpasswd ]; then
     htpasswd -Bbc "$dir/htpasswd" "$3" "$4" >/dev/null 2>&1
+    local extra=("${@:5}") i
+    for ((i = 0; i + 1 < ${#extra[@]}; i += 2)); do htpasswd -Bb "$dir/htpasswd" "${extra[i]}" "${extra[i+1]}" >/dev/null 2>&1; done
     auth="auth:
   htpasswd:
     realm: pullgate-test
