@@ -211,36 +211,31 @@ fn report(out: proto::PullResponse) -> i32 {
     0
 }
 
+async fn pull_or_verify(c: &mut PullgateClient<tonic::transport::Channel>, verify: bool, target: &Target, registry: RegistryArgs, reference: String) -> i32 {
+    let req = match pull_request(target, registry, reference) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let out = if verify { c.verify(req).await } else { c.pull(req).await };
+    out.map(|r| report(r.into_inner())).unwrap_or_else(fail)
+}
+
 async fn run_client(cmd: Command) -> i32 {
+    let address = match &cmd {
+        Command::Serve { .. } => return EXIT_USAGE,
+        Command::Pull { target, .. } | Command::Verify { target, .. } | Command::Check { target, .. } => &target.address,
+        Command::Grants { target, .. } | Command::Revoke { target, .. } => &target.address,
+        Command::Inspect { address, .. } => address,
+    };
+    let mut c = match client(address).await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     match cmd {
         Command::Serve { .. } => EXIT_USAGE,
-        Command::Pull { target, registry, reference } => {
-            let req = match pull_request(&target, registry, reference) {
-                Ok(r) => r,
-                Err(c) => return c,
-            };
-            let mut c = match client(&target.address).await {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            c.pull(req).await.map(|r| report(r.into_inner())).unwrap_or_else(fail)
-        }
-        Command::Verify { target, registry, reference } => {
-            let req = match pull_request(&target, registry, reference) {
-                Ok(r) => r,
-                Err(c) => return c,
-            };
-            let mut c = match client(&target.address).await {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            c.verify(req).await.map(|r| report(r.into_inner())).unwrap_or_else(fail)
-        }
+        Command::Pull { target, registry, reference } => pull_or_verify(&mut c, false, &target, registry, reference).await,
+        Command::Verify { target, registry, reference } => pull_or_verify(&mut c, true, &target, registry, reference).await,
         Command::Check { target, principal, reference } => {
-            let mut c = match client(&target.address).await {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
             let req = proto::CheckRequest { reference, namespace: target.namespace, principal };
             match c.check(req).await {
                 Ok(r) if r.get_ref().allowed => {
@@ -255,10 +250,6 @@ async fn run_client(cmd: Command) -> i32 {
             }
         }
         Command::Grants { target, all } => {
-            let mut c = match client(&target.address).await {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
             let ns = if all { String::new() } else { target.namespace };
             match c.grants(proto::GrantsRequest { namespace: ns }).await {
                 Ok(r) => {
@@ -283,10 +274,6 @@ async fn run_client(cmd: Command) -> i32 {
             }
         }
         Command::Revoke { target, principal, reference } => {
-            let mut c = match client(&target.address).await {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
             let req = proto::RevokeRequest {
                 namespace: target.namespace,
                 all_principals: principal.is_none(),
@@ -301,11 +288,7 @@ async fn run_client(cmd: Command) -> i32 {
                 Err(s) => fail(s),
             }
         }
-        Command::Inspect { address, target } => {
-            let mut c = match client(&address).await {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
+        Command::Inspect { target, .. } => {
             match c.inspect(proto::InspectRequest { target }).await {
                 Ok(r) => {
                     print!("{}", r.into_inner().text);

@@ -130,6 +130,29 @@ check_out "pullgate pull -n B5 downloads nothing and adopts A's chain" "0 blob(s
 check "B5's unpack created no snapshot directory" test "$(ls "$PG/root/snapshots" | wc -l)" -eq "$dirs_before"
 check_out "B5 runs the image" "private app" run_img B5 b5 "$TPRIV"
 
+log "5b. same registry host, another repository: an authenticated blob HEAD stands in for the download"
+skopeo copy --quiet --src-tls-verify=false --dest-tls-verify=false --src-creds "admin:$PW_ADMIN" --dest-creds "admin:$PW_ADMIN" \
+  "docker://$TPRIV" "docker://$REG_t/private/mirror:v1" >/dev/null 2>&1
+cat > "$WORK/acl.json" <<JSON
+{"users": {"alice": "$PW_ALICE", "bob": "$PW_BOB", "carol": "$PW_CAROL", "admin": "$PW_ADMIN"},
+ "access": {"alice": ["private/*"], "bob": ["private/app", "private/mirror"], "carol": ["other/*"], "admin": ["*"]},
+ "push": ["admin"]}
+JSON
+cp "$WORK/acl.json" "$WORK/registry-t/acl.json"
+mark=$(wc -l < "$WORK/registry-t/log")
+check "pullgate verify -n B5b at $REG_t/private/mirror" pg verify -n B5b --plain-http --user "bob:$PW_BOB" "$REG_t/private/mirror:v1"
+after=$(tail -n +"$((mark + 1))" "$WORK/registry-t/log")
+check "the registry saw blob HEADs at the new repository" grep -q '"HEAD /v2/private/mirror/blobs/' <<<"$after"
+check "and no blob GET" bash -c "! grep -q '\"GET /v2/private/mirror/blobs/' <<<'$after'"
+check_out "pullgate inspect lists the new origin for the blobs" "served by $REG_t/private/mirror" pg inspect "$REG_t/private/mirror:v1"
+
+log "5c. containerd's GC keeps working for images pullgate pulled"
+check "pullgate pull -n G of the public image" pg pull -n G --plain-http "$PUB"
+check "G sees the chain" test "$(ctr_ -n G snapshots --snapshotter pullgate ls | awk 'NR>1' | wc -l)" -ge 4
+check "ctr -n G images rm --sync" ctr_ -n G images rm --sync "$PUB"
+check "G's snapshots are gone after GC" test "$(ctr_ -n G snapshots --snapshotter pullgate ls | awk 'NR>1' | wc -l)" -eq 0
+check "G's content is gone after GC" test "$(ctr_ -n G content ls -q | wc -l)" -eq 0
+
 log "6. no access, wrong password, registry down: distinct errors, nothing recorded"
 check_err "valid login without access (insufficient_scope)" "no access to $REG_t/private/app" pg verify -n C6 --plain-http --user "carol:$PW_CAROL" "$TPRIV"
 "$PG_BIN" verify --address "$PG/api.sock" -n C6 --plain-http --user "carol:$PW_CAROL" "$TPRIV" >/dev/null 2>&1; check "its exit code is 3 (denied)" test $? -eq 3

@@ -53,6 +53,25 @@ cleanup() {
   if [ -z "${KEEP_WORK:-}" ]; then rm -rf "$WORK"; else echo "kept $WORK"; fi
 }
 
+# registry_config DIR PORT AUTH_YAML: a distribution config with an access log.
+registry_config() {
+  cat > "$1/config.yml" <<YML
+version: 0.1
+log:
+  level: info
+  accesslog:
+    disabled: false
+storage:
+  filesystem:
+    rootdirectory: $1/data
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$2
+$3
+YML
+}
+
 # start_registry NAME [htpasswd USER PASS [USER PASS...]]: anonymous (or Basic-auth) registry.
 # Sets REG_<NAME>=127.0.0.1:PORT.
 start_registry() {
@@ -68,21 +87,7 @@ start_registry() {
     realm: pullgate-test
     path: $dir/htpasswd"
   fi
-  cat > "$dir/config.yml" <<YML
-version: 0.1
-log:
-  level: info
-  accesslog:
-    disabled: false
-storage:
-  filesystem:
-    rootdirectory: $dir/data
-  delete:
-    enabled: true
-http:
-  addr: 127.0.0.1:$port
-$auth
-YML
+  registry_config "$dir" "$port" "$auth"
   docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 &
   PIDS+=($!)
   wait_for 20 curl -sf -o /dev/null -w '' "http://127.0.0.1:$port/v2/" || wait_for 1 curl -s "http://127.0.0.1:$port/v2/" \
@@ -101,24 +106,12 @@ start_token_registry() {
   /usr/bin/python3 "$REPO/tests/tokenserver.py" --port "$tport" --key "$dir/key.pem" --cert "$dir/cert.pem" \
     --config "$dir/acl.json" --log "$dir/token.log" >"$dir/token.out" 2>&1 &
   PIDS+=($!)
-  cat > "$dir/config.yml" <<YML
-version: 0.1
-log:
-  level: info
-  accesslog:
-    disabled: false
-storage:
-  filesystem:
-    rootdirectory: $dir/data
-http:
-  addr: 127.0.0.1:$port
-auth:
+  registry_config "$dir" "$port" "auth:
   token:
     realm: http://127.0.0.1:$tport/token
     service: pullgate-test-registry
     issuer: pullgate-test-issuer
-    rootcertbundle: $dir/cert.pem
-YML
+    rootcertbundle: $dir/cert.pem"
   docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 &
   PIDS+=($!)
   wait_for 20 bash -c "curl -s -o /dev/null http://127.0.0.1:$port/v2/ && curl -s -o /dev/null 'http://127.0.0.1:$tport/token?service=x'" \

@@ -285,21 +285,26 @@ impl ContentWriter {
         }
     }
 
+    /// A request at the current offset (containerd truncates an ingest when told offset 0).
+    fn message(&self, action: WriteAction, data: Vec<u8>, labels: HashMap<String, String>) -> WriteContentRequest {
+        WriteContentRequest {
+            action: action as i32,
+            r#ref: self.r#ref.clone(),
+            total: self.size as i64,
+            expected: self.digest.clone(),
+            offset: self.offset as i64,
+            data,
+            labels,
+        }
+    }
+
     async fn flush(&mut self) -> Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
         let data = std::mem::take(&mut self.buf);
         let n = data.len() as u64;
-        let m = WriteContentRequest {
-            action: WriteAction::Write as i32,
-            r#ref: self.r#ref.clone(),
-            total: self.size as i64,
-            expected: self.digest.clone(),
-            offset: self.offset as i64,
-            data,
-            labels: HashMap::new(),
-        };
+        let m = self.message(WriteAction::Write, data, HashMap::new());
         self.send(m).await?;
         self.offset += n;
         Ok(())
@@ -316,16 +321,7 @@ impl ContentWriter {
     /// Commits with `labels`; containerd checks size and digest again.
     pub async fn commit(mut self, labels: HashMap<String, String>) -> Result<()> {
         self.flush().await?;
-        let m = WriteContentRequest {
-            action: WriteAction::Commit as i32,
-            r#ref: self.r#ref.clone(),
-            total: self.size as i64,
-            expected: self.digest.clone(),
-            // containerd truncates an ingest when a request says offset 0.
-            offset: self.offset as i64,
-            labels,
-            data: Vec::new(),
-        };
+        let m = self.message(WriteAction::Commit, Vec::new(), labels);
         self.send(m).await?;
         self.tx = None;
         let task = self.task.take();
