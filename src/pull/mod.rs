@@ -15,6 +15,7 @@ use crate::registry::{self, Options, RegistryError, Session, MAX_MANIFEST};
 use crate::snapshotter::{Snapshotter, SNAPSHOT_REF_LABEL};
 use containerd::{Containerd, ContainerdError};
 use containerd_client::types::Descriptor;
+use futures_util::StreamExt;
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -68,10 +69,14 @@ pub struct Puller {
     pub hosts_dir: Option<PathBuf>,
 }
 
+/// Blobs downloaded at once.
+const FETCH_CONCURRENCY: usize = 4;
+
 fn now_nanos() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
+#[derive(Clone)]
 struct Blob {
     digest: String,
     size: u64,
@@ -129,13 +134,16 @@ impl Puller {
         // 1. Every blob must have been served by this origin; the content must be here for a pull.
         let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), ..Default::default() };
         let mut newly_served = Vec::new();
+        // (blob, keep): bytes to fetch from the origin; kept in the content store, or only
+        // compared because containerd already holds them.
+        let mut fetch: Vec<(Blob, bool)> = Vec::new();
         for b in std::iter::once(&config).chain(&layers) {
             let served_here = self.snap.store().read(|tx| ledger::blob_origin(tx, &b.digest, &origin))?.is_some();
             let in_ns = cd.has_content(&b.digest).await?;
             let need_content = full || b.digest == config.digest;
             if served_here {
                 if need_content && !in_ns && !cd.adopt_content(&b.digest, b.size).await? {
-                    self.download(sess, cd, b, &mut out).await?;
+                    fetch.push((b.clone(), true));
                 }
                 continue;
             }
@@ -148,18 +156,27 @@ impl Puller {
             if same_host && sess.blob_exists(&b.digest).await? {
                 // Same registry host, authenticated HEAD at this repository: stands in for a download.
                 if need_content && !in_ns && !cd.adopt_content(&b.digest, b.size).await? {
-                    self.download(sess, cd, b, &mut out).await?;
+                    fetch.push((b.clone(), true));
                 }
             } else if in_ns || cd.adopt_content(&b.digest, b.size).await? {
                 // containerd holds the bytes, but this origin never served them: fetch them from
                 // it and compare, rather than trust a manifest that merely names them.
-                let mut reader = sess.open_blob(&b.digest, b.size).await?;
-                while reader.next_chunk().await?.is_some() {}
-                out.downloaded.push(b.digest.clone());
+                fetch.push((b.clone(), false));
             } else {
-                self.download(sess, cd, b, &mut out).await?;
+                fetch.push((b.clone(), true));
             }
             newly_served.push(b.digest.clone());
+        }
+        let fetched: Vec<Result<String>> = futures_util::stream::iter(fetch)
+            .map(|(b, keep)| {
+                let mut s = sess.clone();
+                async move { Self::fetch(&mut s, cd, &b, keep).await.map(|()| b.digest) }
+            })
+            .buffer_unordered(FETCH_CONCURRENCY)
+            .collect()
+            .await;
+        for f in fetched {
+            out.downloaded.push(f?);
         }
 
         // 2. diffIDs from the config.
@@ -277,14 +294,19 @@ impl Puller {
         Ok(out)
     }
 
-    async fn download(&self, sess: &mut Session, cd: &Containerd, b: &Blob, out: &mut Outcome) -> Result<()> {
+    /// Streams one blob from the origin (checked against its digest) into the content store,
+    /// or, when `keep` is false, only reads and checks it.
+    async fn fetch(sess: &mut Session, cd: &Containerd, b: &Blob, keep: bool) -> Result<()> {
         let mut reader = sess.open_blob(&b.digest, b.size).await?;
+        if !keep {
+            while reader.next_chunk().await?.is_some() {}
+            return Ok(());
+        }
         let mut w = cd.writer(&b.digest, b.size);
         while let Some(chunk) = reader.next_chunk().await? {
             w.write(&chunk).await?;
         }
         w.commit(HashMap::new()).await?;
-        out.downloaded.push(b.digest.clone());
         Ok(())
     }
 }

@@ -70,7 +70,9 @@ pub fn sha256_digest(b: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(b)))
 }
 
-/// One authenticated conversation with one repository of one registry.
+/// One authenticated conversation with one repository of one registry. Clones share the
+/// HTTP client and the authorization obtained so far (for concurrent blob downloads).
+#[derive(Clone)]
 pub struct Session {
     http: reqwest::Client,
     base: String,
