@@ -75,9 +75,11 @@ def main():
             claims = {"iss": a.issuer, "sub": user or "", "aud": service, "exp": now + 300, "nbf": now - 10,
                       "iat": now, "jti": str(uuid.uuid4()), "access": access}
             tok = jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
-            logf.write(f"{self.command} /token user={user or '-'} scopes={' '.join(scopes)} granted={json.dumps(access)}\n")
-            self.reply(200, {"token": tok, "access_token": tok, "expires_in": 300,
-                             "issued_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))})
+            body = {"token": tok, "access_token": tok, "expires_in": 300,
+                    "issued_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
+            logf.write(f"{self.command} /token user={user or '-'} scopes={' '.join(scopes)} granted={json.dumps(access)} "
+                       f"bytes={len(json.dumps(body))}\n")
+            self.reply(200, body)
 
         def do_GET(self):
             u = urlparse(self.path)

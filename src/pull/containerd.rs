@@ -6,7 +6,7 @@ use containerd_client::services::v1::snapshots as snap;
 use containerd_client::services::v1::{
     content_client::ContentClient, diff_client::DiffClient, images_client::ImagesClient, leases_client::LeasesClient,
     snapshots::snapshots_client::SnapshotsClient, AbortRequest, ApplyRequest, CreateImageRequest, CreateRequest,
-    DeleteRequest, Image, InfoRequest, ReadContentRequest, UpdateImageRequest, UpdateRequest, WriteAction,
+    DeleteRequest, Image, InfoRequest, ListContentRequest, ReadContentRequest, UpdateImageRequest, UpdateRequest, WriteAction,
     WriteContentRequest,
 };
 use containerd_client::types::{Descriptor, Mount};
@@ -93,6 +93,21 @@ impl Containerd {
             Err(s) if s.code() == Code::NotFound => Ok(false),
             Err(s) => Err(err(format!("content info {digest}"))(s)),
         }
+    }
+
+    /// Which of `digests` the namespace's content store has, in one List call.
+    pub async fn present(&self, digests: &[&str]) -> Result<std::collections::HashSet<String>> {
+        let filters = digests.iter().map(|d| format!("digest=={d}")).collect();
+        let mut stream = ContentClient::new(self.channel.clone())
+            .list(self.req(ListContentRequest { filters }))
+            .await
+            .map_err(err("list content"))?
+            .into_inner();
+        let mut out = std::collections::HashSet::new();
+        while let Some(batch) = stream.next().await {
+            out.extend(batch.map_err(err("list content"))?.info.into_iter().map(|i| i.digest));
+        }
+        Ok(out)
     }
 
     /// Sets labels on a blob of the namespace (other labels are kept).

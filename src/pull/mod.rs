@@ -97,19 +97,18 @@ impl Puller {
         let mut sess = Session::new(&req.reference, req.cred.clone(), &opts)?;
         let resolved = sess.resolve(&req.reference, &req.platform).await?;
         let mut cd = Containerd::connect(&self.containerd, &req.namespace).await?;
-        cd.begin_lease().await?;
-        let out = self.run_leased(req, full, &mut sess, &resolved, &cd).await;
+        let out = self.run_with(req, full, &mut sess, &resolved, &mut cd).await;
         cd.end_lease().await;
         out
     }
 
-    async fn run_leased(
+    async fn run_with(
         &self,
         req: &Request,
         full: bool,
         sess: &mut Session,
         resolved: &registry::Resolved,
-        cd: &Containerd,
+        cd: &mut Containerd,
     ) -> Result<Outcome> {
         let r = &req.reference;
         let origin = r.origin();
@@ -133,17 +132,34 @@ impl Puller {
 
         // 1. Every blob must have been served by this origin; the content must be here for a pull.
         let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), ..Default::default() };
+        let known = self.snap.store().read(|tx| ledger::manifest(tx, &out.manifest))?.filter(|m| m.diff_ids.len() == layers.len());
+        let all: Vec<&Blob> = std::iter::once(&config).chain(&layers).collect();
+        let mut served = Vec::with_capacity(all.len());
+        for b in &all {
+            served.push(self.snap.store().read(|tx| ledger::blob_origin(tx, &b.digest, &origin))?.is_some());
+        }
+        // A verify of a manifest whose blobs this origin all served before touches no content.
+        let needs_content = full || known.is_none() || served.iter().any(|s| !s);
+        let mut present = std::collections::HashSet::new();
+        if needs_content {
+            cd.begin_lease().await?;
+            present = cd.present(&all.iter().map(|b| b.digest.as_str()).collect::<Vec<_>>()).await?;
+        }
+        let cd = &*cd;
         let mut newly_served = Vec::new();
         // (blob, keep): bytes to fetch from the origin; kept in the content store, or only
         // compared because containerd already holds them.
         let mut fetch: Vec<(Blob, bool)> = Vec::new();
-        for b in std::iter::once(&config).chain(&layers) {
-            let served_here = self.snap.store().read(|tx| ledger::blob_origin(tx, &b.digest, &origin))?.is_some();
-            let in_ns = cd.has_content(&b.digest).await?;
-            let need_content = full || b.digest == config.digest;
+        for (b, served_here) in all.iter().zip(served) {
+            let in_ns = present.contains(&b.digest);
+            let need_content = full || (b.digest == config.digest && known.is_none());
             if served_here {
-                if need_content && !in_ns && !cd.adopt_content(&b.digest, b.size).await? {
-                    fetch.push((b.clone(), true));
+                if need_content && !in_ns {
+                    if cd.adopt_content(&b.digest, b.size).await? {
+                        present.insert(b.digest.clone());
+                    } else {
+                        fetch.push(((*b).clone(), true));
+                    }
                 }
                 continue;
             }
@@ -155,37 +171,52 @@ impl Puller {
                 .any(|(o, _)| o.split('/').next() == Some(r.host.as_str()));
             if same_host && sess.blob_exists(&b.digest).await? {
                 // Same registry host, authenticated HEAD at this repository: stands in for a download.
-                if need_content && !in_ns && !cd.adopt_content(&b.digest, b.size).await? {
-                    fetch.push((b.clone(), true));
+                if need_content && !in_ns {
+                    if cd.adopt_content(&b.digest, b.size).await? {
+                        present.insert(b.digest.clone());
+                    } else {
+                        fetch.push(((*b).clone(), true));
+                    }
                 }
             } else if in_ns || cd.adopt_content(&b.digest, b.size).await? {
                 // containerd holds the bytes, but this origin never served them: fetch them from
                 // it and compare, rather than trust a manifest that merely names them.
-                fetch.push((b.clone(), false));
+                present.insert(b.digest.clone());
+                fetch.push(((*b).clone(), false));
             } else {
-                fetch.push((b.clone(), true));
+                fetch.push(((*b).clone(), true));
             }
             newly_served.push(b.digest.clone());
         }
-        let fetched: Vec<Result<String>> = futures_util::stream::iter(fetch)
+        let fetched: Vec<Result<(String, bool)>> = futures_util::stream::iter(fetch)
             .map(|(b, keep)| {
                 let mut s = sess.clone();
-                async move { Self::fetch(&mut s, cd, &b, keep).await.map(|()| b.digest) }
+                async move { Self::fetch(&mut s, cd, &b, keep).await.map(|()| (b.digest, keep)) }
             })
             .buffer_unordered(FETCH_CONCURRENCY)
             .collect()
             .await;
         for f in fetched {
-            out.downloaded.push(f?);
+            let (d, keep) = f?;
+            if keep {
+                present.insert(d.clone());
+            }
+            out.downloaded.push(d);
         }
 
-        // 2. diffIDs from the config.
-        let cfg_bytes = cd.read_content(&config.digest, MAX_MANIFEST).await?;
-        if registry::sha256_digest(&cfg_bytes) != config.digest {
-            return Err(bad(format!("config {} in the content store does not match its digest", config.digest)));
-        }
-        let image_cfg = oci_spec::image::ImageConfiguration::from_reader(cfg_bytes.as_slice()).map_err(|e| bad(format!("config: {e}")))?;
-        let diff_ids: Vec<String> = image_cfg.rootfs().diff_ids().to_vec();
+        // 2. diffIDs: from the ledger when the manifest is known, else from the config.
+        let diff_ids: Vec<String> = match known {
+            Some(m) => m.diff_ids,
+            None => {
+                let cfg_bytes = cd.read_content(&config.digest, MAX_MANIFEST).await?;
+                if registry::sha256_digest(&cfg_bytes) != config.digest {
+                    return Err(bad(format!("config {} in the content store does not match its digest", config.digest)));
+                }
+                let image_cfg =
+                    oci_spec::image::ImageConfiguration::from_reader(cfg_bytes.as_slice()).map_err(|e| bad(format!("config: {e}")))?;
+                image_cfg.rootfs().diff_ids().to_vec()
+            }
+        };
         if diff_ids.len() != layers.len() || !diff_ids.iter().all(|d| crate::reference::is_digest(d)) {
             return Err(bad(format!("config lists {} diffIDs for {} layers", diff_ids.len(), layers.len())));
         }
@@ -224,8 +255,11 @@ impl Puller {
 
         // 5. Labels in the namespace's content store: where the blobs came from, and for whom.
         let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{origin}"), short(&identity))]);
-        for b in std::iter::once(&config).chain(&layers) {
-            if cd.has_content(&b.digest).await? {
+        if !needs_content {
+            present = cd.present(&all.iter().map(|b| b.digest.as_str()).collect::<Vec<_>>()).await?;
+        }
+        for b in &all {
+            if present.contains(&b.digest) {
                 cd.label_content(&b.digest, &who).await?;
             }
         }
