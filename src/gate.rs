@@ -83,6 +83,29 @@ pub struct Gate {
     pub cfg: GateConfig,
 }
 
+/// The grants of one namespace, read once per decision, with the diffIDs of each granted
+/// manifest loaded on first use.
+struct GrantView {
+    entries: Vec<ledger::GrantEntry>,
+    diff_ids: std::collections::HashMap<String, HashSet<String>>,
+}
+
+impl GrantView {
+    fn load(tx: &impl LedgerRead, ns: &str) -> Result<GrantView, StoreError> {
+        Ok(GrantView { entries: ledger::grants(tx, Some(ns))?, diff_ids: Default::default() })
+    }
+
+    /// Whether the manifest of grant `i` contains layer `d`.
+    fn manifest_has(&mut self, tx: &impl LedgerRead, i: usize, d: &str) -> Result<bool, StoreError> {
+        let m = &self.entries[i].manifest;
+        if !self.diff_ids.contains_key(m) {
+            let ids = ledger::manifest(tx, m)?.map(|r| r.diff_ids.into_iter().collect()).unwrap_or_default();
+            self.diff_ids.insert(m.clone(), ids);
+        }
+        Ok(self.diff_ids.get(m).is_some_and(|ids| ids.contains(d)))
+    }
+}
+
 fn now_nanos() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
@@ -111,12 +134,13 @@ impl Gate {
     /// Extract: which layer an unpack step with target chain `target` on top of `parent`
     /// applies, and whether namespace `s.namespace` may materialise it. Returns the new chain.
     pub fn extract(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo, target: &str) -> Result<ChainInfo, GateError> {
-        self.check_chain(tx, s, parent, false)?;
+        let mut grants = GrantView::load(tx, s.namespace)?;
+        self.check_chain(tx, s, parent, false, &mut grants)?;
         let applied = self.applied_layer(tx, parent, target)?;
         let mut next = ChainInfo { chain_id: target.to_string(), diff_ids: parent.diff_ids.clone(), unknown_layers: parent.unknown_layers };
         match applied {
             Some(d) => {
-                self.check_layer(tx, s, &d, false)?;
+                self.check_layer(tx, s, &d, false, &mut grants)?;
                 next.diff_ids.push(d);
             }
             None => {
@@ -138,15 +162,16 @@ impl Gate {
                 "run with --snapshotter-label containerd.io/snapshot/pullgate.principal=NAME".into(),
             ));
         }
-        self.check_chain(tx, s, parent, true)
+        let mut grants = GrantView::load(tx, s.namespace)?;
+        self.check_chain(tx, s, parent, true, &mut grants)
     }
 
-    fn check_chain(&self, tx: &impl LedgerRead, s: &Subject, chain: &ChainInfo, per_principal: bool) -> Result<(), GateError> {
+    fn check_chain(&self, tx: &impl LedgerRead, s: &Subject, chain: &ChainInfo, per_principal: bool, grants: &mut GrantView) -> Result<(), GateError> {
         if chain.unknown_layers > 0 {
             self.check_unknown(s, if chain.chain_id.is_empty() { "(unnamed chain)" } else { &chain.chain_id })?;
         }
         for d in &chain.diff_ids {
-            self.check_layer(tx, s, d, per_principal)?;
+            self.check_layer(tx, s, d, per_principal, grants)?;
         }
         Ok(())
     }
@@ -184,28 +209,32 @@ impl Gate {
         Ok(None)
     }
 
-    fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, d: &str, per_principal: bool) -> Result<(), GateError> {
+    fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, d: &str, per_principal: bool, grants: &mut GrantView) -> Result<(), GateError> {
         let Some(layer) = ledger::layer(tx, d)? else {
             return self.check_unknown(s, d);
         };
         if layer.public || self.cfg.policy == Policy::NeverVerify {
             return Ok(());
         }
-        let served = self.served_origins(tx, &layer)?;
-        if self.cfg.policy == Policy::NeverVerifyAllowlistedImages && served.iter().any(|o| self.cfg.allowlist.iter().any(|a| a.matches(o))) {
+        if self.cfg.policy == Policy::NeverVerifyAllowlistedImages
+            && self.served_origins(tx, &layer)?.iter().any(|o| self.cfg.allowlist.iter().any(|a| a.matches(o)))
+        {
             return Ok(());
         }
         let now = now_nanos();
         let fresh = |at: i64| self.cfg.reverify_after_ns.is_none_or(|age| now.saturating_sub(at) <= age);
         let mut stale = false;
-        for g in ledger::grants(tx, Some(s.namespace))? {
+        for i in 0..grants.entries.len() {
+            let g = &grants.entries[i];
             let principal_ok = if per_principal {
                 g.principal == s.principal || (g.principal.is_empty() && !self.cfg.require_principal.contains(s.namespace))
             } else {
                 true
             };
-            if principal_ok && layer.manifests.contains(&g.manifest) && served.contains(&g.origin) {
-                if fresh(g.grant.verified_at) {
+            // Cheapest test first: the principal, then (cached) manifest membership, then
+            // whether the grant's origin served one of the layer's blobs.
+            if principal_ok && grants.manifest_has(tx, i, d)? && self.origin_served(tx, &layer, &grants.entries[i].origin)? {
+                if fresh(grants.entries[i].grant.verified_at) {
                     return Ok(());
                 }
                 stale = true;
@@ -220,6 +249,15 @@ impl Gate {
             "no grant for this namespace covers this private layer".to_string()
         };
         Err(self.deny(s, format!("layer {d}"), image.clone(), reason, self.fix_verify(s, image.as_deref())))
+    }
+
+    fn origin_served(&self, tx: &impl LedgerRead, layer: &LayerRec, origin: &str) -> Result<bool, StoreError> {
+        for b in &layer.blobs {
+            if ledger::blob_origin(tx, b, origin)?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     fn served_origins(&self, tx: &impl LedgerRead, layer: &LayerRec) -> Result<HashSet<String>, StoreError> {

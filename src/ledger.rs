@@ -31,10 +31,16 @@ pub struct ManifestRec {
     pub names: BTreeSet<String>,
 }
 
+/// How many manifests containing a layer are kept on its record (for messages and
+/// `inspect`). Bounded so that a popular base layer's record stays small: the gate decides
+/// membership from the granted manifests themselves.
+pub const LAYER_MANIFEST_EXAMPLES: usize = 8;
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LayerRec {
     pub blobs: BTreeSet<String>,
     pub public: bool,
+    /// Up to `LAYER_MANIFEST_EXAMPLES` manifests containing the layer.
     pub manifests: BTreeSet<String>,
 }
 
@@ -132,7 +138,9 @@ pub fn record_manifest(tx: &mut WriteTx, digest: &str, m: &ManifestRec) -> Resul
     for (i, (blob, d)) in m.layers.iter().zip(&m.diff_ids).enumerate() {
         let mut l = layer(tx, d)?.unwrap_or_default();
         l.blobs.insert(blob.clone());
-        l.manifests.insert(digest.to_string());
+        if l.manifests.len() < LAYER_MANIFEST_EXAMPLES {
+            l.manifests.insert(digest.to_string());
+        }
         if !l.public {
             l.public = blob_origins(tx, blob)?.iter().any(|(_, o)| o.identities.contains(ANONYMOUS));
         }

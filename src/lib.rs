@@ -7,6 +7,8 @@
 #![warn(clippy::unwrap_used)]
 
 pub mod api;
+#[doc(hidden)]
+pub mod benchkit;
 pub mod cli;
 pub mod config;
 pub mod credential;
