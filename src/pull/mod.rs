@@ -93,7 +93,7 @@ impl Puller {
     }
 
     async fn run(&self, req: &Request, full: bool) -> Result<Outcome> {
-        let opts = Options { plain_http: req.plain_http, hosts_dir: req.hosts_dir.as_deref().or(self.hosts_dir.as_deref()) };
+        let opts = Options { plain_http: req.plain_http, hosts_dir: req.hosts_dir.as_deref().or(self.hosts_dir.as_deref()), timeout: None };
         let mut sess = Session::new(&req.reference, req.cred.clone(), &opts)?;
         let resolved = sess.resolve(&req.reference, &req.platform).await?;
         let mut cd = Containerd::connect(&self.containerd, &req.namespace).await?;

@@ -22,6 +22,9 @@ pub const MAX_MANIFEST: usize = 4 << 20;
 /// Largest token response accepted.
 const MAX_TOKEN_RESPONSE: usize = 1 << 20;
 const MAX_REDIRECTS: usize = 5;
+/// Slowest blob download accepted (bytes per second) once the base deadline has passed, so a
+/// registry that trickles bytes cannot hold a pull forever.
+const MIN_BLOB_RATE: u64 = 256 * 1024;
 
 pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, \
 application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json";
@@ -83,12 +86,16 @@ pub struct Session {
     authz: Option<String>,
     /// Set once the credentials have been used for a token or Basic, so a second 401 is final.
     authenticated: bool,
+    /// Deadline for a whole answer (manifests, tokens) and base deadline for a blob.
+    total: Duration,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct Options<'a> {
     pub plain_http: bool,
     pub hosts_dir: Option<&'a Path>,
+    /// Longest wait for a connection or for the next bytes of an answer (default 30 s).
+    pub timeout: Option<Duration>,
 }
 
 impl Session {
@@ -96,8 +103,8 @@ impl Session {
         let ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http).map_err(|e| RegistryError::Config(e.to_string()))?;
         let mut b = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(5))
-            .read_timeout(Duration::from_secs(30))
+            .connect_timeout(opts.timeout.unwrap_or(Duration::from_secs(5)).min(Duration::from_secs(5)))
+            .read_timeout(opts.timeout.unwrap_or(Duration::from_secs(30)))
             .user_agent(concat!("pullgate/", env!("CARGO_PKG_VERSION")))
             .danger_accept_invalid_certs(ep.skip_verify);
         for ca in &ep.ca {
@@ -106,7 +113,8 @@ impl Session {
             b = b.add_root_certificate(cert);
         }
         let http = b.build().map_err(|e| RegistryError::Config(e.to_string()))?;
-        Ok(Session { http, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false })
+        let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
+        Ok(Session { http, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false, total })
     }
 
     fn unavailable(&self, e: impl std::fmt::Display) -> RegistryError {
@@ -136,8 +144,10 @@ impl Session {
     /// redirects (without credentials to other hosts). Returns a 2xx or 404 response.
     async fn send(&mut self, method: Method, path: &str, accept: Option<&str>) -> Result<reqwest::Response> {
         let url = format!("{}/v2/{}/{}", self.base, self.repo, path);
+        // Blob bodies get a size-dependent deadline in BlobReader; everything else one deadline.
+        let whole = !path.starts_with("blobs/") || method == Method::HEAD;
         for _attempt in 0..3 {
-            let resp = self.send_following(method.clone(), &url, accept).await?;
+            let resp = self.send_following(method.clone(), &url, accept, whole).await?;
             match resp.status() {
                 StatusCode::UNAUTHORIZED => {
                     let challenge = resp
@@ -166,11 +176,14 @@ impl Session {
         Err(self.protocol("authentication did not converge"))
     }
 
-    async fn send_following(&self, method: Method, url: &str, accept: Option<&str>) -> Result<reqwest::Response> {
+    async fn send_following(&self, method: Method, url: &str, accept: Option<&str>, whole: bool) -> Result<reqwest::Response> {
         let origin = url::Url::parse(url).map_err(|e| self.protocol(e.to_string()))?;
         let mut current = origin.clone();
         for _ in 0..=MAX_REDIRECTS {
             let mut req = self.http.request(method.clone(), current.clone());
+            if whole {
+                req = req.timeout(self.total);
+            }
             if let Some(a) = accept {
                 req = req.header(header::ACCEPT, a);
             }
@@ -231,7 +244,7 @@ impl Session {
                 ("scope", scope),
                 ("client_id", "pullgate"),
             ];
-            let r = tokens.post(realm.clone()).form(&form).send().await.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))?;
+            let r = tokens.post(realm.clone()).timeout(self.total).form(&form).send().await.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))?;
             if !matches!(r.status(), StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED | StatusCode::BAD_REQUEST) {
                 resp = Some(r);
             }
@@ -239,7 +252,7 @@ impl Session {
         let resp = match resp {
             Some(r) => r,
             None => {
-                let mut req = tokens.get(realm).query(&[("service", service.as_str()), ("scope", scope)]);
+                let mut req = tokens.get(realm).timeout(self.total).query(&[("service", service.as_str()), ("scope", scope)]);
                 if let Some(b) = self.basic_header() {
                     req = req.header(header::AUTHORIZATION, b);
                 }
@@ -339,7 +352,9 @@ impl Session {
         if resp.status() == StatusCode::NOT_FOUND {
             return Err(RegistryError::NotFound { host: self.host.clone(), repo: self.repo.clone(), what: format!("blob {digest}") });
         }
+        let deadline = std::time::Instant::now() + self.total + Duration::from_secs(size / MIN_BLOB_RATE);
         Ok(BlobReader {
+            deadline,
             stream: Box::pin(resp.bytes_stream()),
             hasher: Sha256::new(),
             got: 0,
@@ -360,6 +375,7 @@ impl Session {
             cred: None,
             authz: None,
             authenticated: false,
+            total: self.total,
         };
         matches!(anon.blob_exists(digest).await, Ok(true))
     }
@@ -367,6 +383,7 @@ impl Session {
 
 /// A blob being streamed from the registry, checked as it goes.
 pub struct BlobReader {
+    deadline: std::time::Instant,
     stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
     hasher: Sha256,
     got: u64,
@@ -382,7 +399,18 @@ impl BlobReader {
         if self.done {
             return Ok(None);
         }
-        match self.stream.next().await {
+        let left = self.deadline.saturating_duration_since(std::time::Instant::now());
+        let next = match tokio::time::timeout(left, self.stream.next()).await {
+            Ok(n) => n,
+            Err(_) => {
+                self.done = true;
+                return Err(RegistryError::Unavailable {
+                    host: self.host.clone(),
+                    reason: format!("blob {}: slower than {} KiB/s, gave up", self.digest, MIN_BLOB_RATE / 1024),
+                });
+            }
+        };
+        match next {
             Some(Ok(chunk)) => {
                 self.got += chunk.len() as u64;
                 if self.got > self.size {

@@ -1,0 +1,283 @@
+//! The registry client against hostile or broken registries (fake HTTP servers on loopback):
+//! each case must end with the right, clear error within a bounded time, and credentials must
+//! never follow a redirect to another host.
+use pullgate::credential::Credential;
+use pullgate::reference::Reference;
+use pullgate::registry::{Options, RegistryError, Session};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A request as the fake server saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    line: String,
+    authorization: Option<String>,
+}
+
+type Handler = Arc<dyn Fn(&Seen, u16) -> Reply + Send + Sync>;
+
+enum Reply {
+    Full { status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
+    /// Sends the headers, then one byte per `every` forever.
+    Trickle { every: Duration },
+}
+
+fn reply(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+    Reply::Full { status, headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), body: body.to_vec() }
+}
+
+/// Starts a fake registry on `ip`; returns its port and the log of requests.
+fn serve(ip: &str, h: Handler) -> (u16, Arc<Mutex<Vec<Seen>>>) {
+    let l = TcpListener::bind((ip, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let log2 = log.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming().flatten() {
+            let (h, log) = (h.clone(), log2.clone());
+            std::thread::spawn(move || handle(conn, h, log, port));
+        }
+    });
+    (port, log)
+}
+
+fn handle(mut conn: TcpStream, h: Handler, log: Arc<Mutex<Vec<Seen>>>, port: u16) {
+    let mut r = BufReader::new(conn.try_clone().unwrap());
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut auth = None;
+        let mut len = 0usize;
+        loop {
+            let mut hl = String::new();
+            if r.read_line(&mut hl).unwrap_or(0) == 0 || hl == "\r\n" {
+                break;
+            }
+            let lower = hl.to_ascii_lowercase();
+            if lower.starts_with("authorization:") {
+                auth = Some(hl[14..].trim().to_string());
+            }
+            if lower.starts_with("content-length:") {
+                len = lower[15..].trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0; len];
+        let _ = r.read_exact(&mut body);
+        let seen = Seen { line: line.trim().to_string(), authorization: auth };
+        log.lock().unwrap().push(seen.clone());
+        match h(&seen, port) {
+            Reply::Full { status, headers, body } => {
+                let mut out = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n", body.len());
+                for (k, v) in headers {
+                    out.push_str(&format!("{k}: {v}\r\n"));
+                }
+                out.push_str("\r\n");
+                if conn.write_all(out.as_bytes()).is_err() || (!seen.line.starts_with("HEAD") && conn.write_all(&body).is_err()) {
+                    return;
+                }
+            }
+            Reply::Trickle { every } => {
+                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\n\r\n");
+                loop {
+                    std::thread::sleep(every);
+                    if conn.write_all(b" ").is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn session(port: u16, repo_ref: &str, cred: Option<&str>) -> Session {
+    let r = Reference::parse(&format!("127.0.0.1:{port}/{repo_ref}")).unwrap();
+    let opts = Options { plain_http: true, hosts_dir: None, timeout: Some(Duration::from_secs(1)) };
+    Session::new(&r, cred.map(|c| Credential::parse(c).unwrap()), &opts).unwrap()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+const MANIFEST: &str = r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","size":2},"layers":[]}"#;
+
+#[test]
+fn manifest_whose_bytes_do_not_match_its_digest() {
+    let (port, _) = serve("127.0.0.1", Arc::new(|_: &Seen, _| {
+        reply(200, &[("Content-Type", "application/vnd.oci.image.manifest.v1+json"), ("Docker-Content-Digest", "sha256:0000000000000000000000000000000000000000000000000000000000000000")], MANIFEST.as_bytes())
+    }));
+    let e = rt().block_on(session(port, "a/b", None).get_manifest("v1")).unwrap_err();
+    assert!(matches!(e, RegistryError::DigestMismatch { .. }), "{e}");
+    // Asked by digest, the bytes must hash to it whatever the headers say.
+    let want = format!("sha256:{}", "1".repeat(64));
+    let e = rt().block_on(session(port, "a/b", None).get_manifest(&want)).unwrap_err();
+    assert!(matches!(e, RegistryError::DigestMismatch { .. }), "{e}");
+}
+
+#[test]
+fn manifest_over_the_size_cap() {
+    let big = vec![b' '; pullgate::registry::MAX_MANIFEST + 1];
+    let (port, _) = serve("127.0.0.1", Arc::new(move |_: &Seen, _| reply(200, &[], &big)));
+    let e = rt().block_on(session(port, "a/b", None).get_manifest("v1")).unwrap_err();
+    assert!(e.to_string().contains("larger than"), "{e}");
+}
+
+#[test]
+fn malformed_challenges() {
+    for header in ["", "Negotiate xyz", "Bearer service=\"x\"", "Bearer realm=\"unterminated"] {
+        let h = header.to_string();
+        let (port, _) = serve("127.0.0.1", Arc::new(move |_: &Seen, _| {
+            if h.is_empty() { reply(401, &[], b"") } else { reply(401, &[("WWW-Authenticate", h.as_str())], b"") }
+        }));
+        let e = rt().block_on(session(port, "a/b", Some("u:p")).get_manifest("v1")).unwrap_err();
+        assert!(matches!(e, RegistryError::Protocol { .. }), "{header:?}: {e}");
+    }
+}
+
+#[test]
+fn looping_challenges_end() {
+    // The registry keeps asking for a token it then refuses: the client stops after one round.
+    let (port, log) = serve("127.0.0.1", Arc::new(|s: &Seen, port| {
+        if s.line.contains("/token") {
+            reply(200, &[], br#"{"token":"t"}"#)
+        } else {
+            let ch = format!("Bearer realm=\"http://127.0.0.1:{port}/token\",service=\"s\"");
+            Reply::Full { status: 401, headers: vec![("WWW-Authenticate".into(), ch)], body: vec![] }
+        }
+    }));
+    let t = Instant::now();
+    let e = rt().block_on(session(port, "a/b", Some("u:p")).get_manifest("v1")).unwrap_err();
+    assert!(matches!(e, RegistryError::NoAccess { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(log.lock().unwrap().len() <= 4, "{:?}", log.lock().unwrap());
+}
+
+#[test]
+fn token_endpoint_that_errors_or_stalls() {
+    let (port, _) = serve("127.0.0.1", Arc::new(|s: &Seen, port| {
+        if s.line.contains("/token") {
+            reply(500, &[], b"boom")
+        } else {
+            let ch = format!("Bearer realm=\"http://127.0.0.1:{port}/token\"");
+            Reply::Full { status: 401, headers: vec![("WWW-Authenticate".into(), ch)], body: vec![] }
+        }
+    }));
+    let e = rt().block_on(session(port, "a/b", Some("u:p")).get_manifest("v1")).unwrap_err();
+    assert!(matches!(e, RegistryError::Unavailable { .. }), "{e}");
+
+    let (port, _) = serve("127.0.0.1", Arc::new(|s: &Seen, port| {
+        if s.line.contains("/token") {
+            Reply::Trickle { every: Duration::from_secs(3) }
+        } else {
+            let ch = format!("Bearer realm=\"http://127.0.0.1:{port}/token\"");
+            Reply::Full { status: 401, headers: vec![("WWW-Authenticate".into(), ch)], body: vec![] }
+        }
+    }));
+    let t = Instant::now();
+    let e = rt().block_on(session(port, "a/b", Some("u:p")).get_manifest("v1")).unwrap_err();
+    assert!(matches!(e, RegistryError::Unavailable { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
+}
+
+#[test]
+fn redirect_to_another_host_carries_no_credentials() {
+    let (other, other_log) = serve("127.0.0.2", Arc::new(|_: &Seen, _| reply(200, &[], b"xx")));
+    let (port, log) = serve("127.0.0.1", Arc::new(move |s: &Seen, _| {
+        if s.authorization.is_none() {
+            reply(401, &[("WWW-Authenticate", "Basic realm=\"r\"")], b"")
+        } else {
+            let loc = format!("http://127.0.0.2:{other}/storage/blob");
+            Reply::Full { status: 307, headers: vec![("Location".into(), loc)], body: vec![] }
+        }
+    }));
+    let digest = format!("sha256:{}", hex_sha256(b"xx"));
+    let out = rt().block_on(async {
+        let mut s = session(port, "a/b", Some("u:secret"));
+        let mut r = s.open_blob(&digest, 2).await?;
+        let mut n = 0;
+        while let Some(c) = r.next_chunk().await? {
+            n += c.len();
+        }
+        Ok::<_, RegistryError>(n)
+    });
+    assert_eq!(out.unwrap(), 2);
+    assert!(log.lock().unwrap().iter().any(|s| s.authorization.is_some()), "the registry itself got the credentials");
+    let seen = other_log.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].authorization.is_none(), "credentials followed the redirect: {:?}", seen[0]);
+}
+
+#[test]
+fn endless_redirects_end() {
+    let (port, _) = serve("127.0.0.1", Arc::new(|_: &Seen, port| {
+        Reply::Full { status: 302, headers: vec![("Location".into(), format!("http://127.0.0.1:{port}/v2/a/b/manifests/again"))], body: vec![] }
+    }));
+    let e = rt().block_on(session(port, "a/b", None).get_manifest("v1")).unwrap_err();
+    assert!(e.to_string().contains("redirects"), "{e}");
+}
+
+#[test]
+fn a_trickling_connection_times_out() {
+    let (port, _) = serve("127.0.0.1", Arc::new(|_: &Seen, _| Reply::Trickle { every: Duration::from_secs(2) }));
+    let t = Instant::now();
+    let e = rt().block_on(session(port, "a/b", None).get_manifest("v1")).unwrap_err();
+    assert!(matches!(e, RegistryError::Unavailable { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
+}
+
+#[test]
+fn a_connection_that_trickles_faster_than_the_idle_timeout_still_ends() {
+    // One byte every 0.3 s never trips the 1 s idle timeout: the whole-answer deadline must.
+    let (port, _) = serve("127.0.0.1", Arc::new(|_: &Seen, _| Reply::Trickle { every: Duration::from_millis(300) }));
+    let t = Instant::now();
+    let e = rt().block_on(session(port, "a/b", None).get_manifest("v1")).unwrap_err();
+    assert!(matches!(e, RegistryError::Unavailable { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
+    let digest = format!("sha256:{}", "2".repeat(64));
+    let t = Instant::now();
+    let e = rt()
+        .block_on(async {
+            let mut s = session(port, "a/b", None);
+            let mut r = s.open_blob(&digest, 1000).await?;
+            while r.next_chunk().await?.is_some() {}
+            Ok::<_, RegistryError>(())
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("slower than"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
+}
+
+#[test]
+fn blob_with_wrong_bytes_or_length() {
+    let (port, _) = serve("127.0.0.1", Arc::new(|_: &Seen, _| reply(200, &[], b"not the blob")));
+    let digest = format!("sha256:{}", hex_sha256(b"the blob"));
+    for size in [8u64, 3] {
+        let e = rt()
+            .block_on(async {
+                let mut s = session(port, "a/b", None);
+                let mut r = s.open_blob(&digest, size).await?;
+                while r.next_chunk().await?.is_some() {}
+                Ok::<_, RegistryError>(())
+            })
+            .unwrap_err();
+        assert!(matches!(e, RegistryError::DigestMismatch { .. }), "{e}");
+    }
+}
+
+#[test]
+fn a_registry_that_is_down() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let e = rt().block_on(session(port, "a/b", None).get_manifest("v1")).unwrap_err();
+    assert!(matches!(e, RegistryError::Unavailable { .. }), "{e}");
+}
+
+fn hex_sha256(b: &[u8]) -> String {
+    pullgate::registry::sha256_digest(b).trim_start_matches("sha256:").to_string()
+}
