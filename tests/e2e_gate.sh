@@ -155,7 +155,8 @@ check "ctr -n G images rm --sync" ctr_ -n G images rm --sync "$PUB"
 check "G's snapshots are gone after GC" test "$(ctr_ -n G snapshots --snapshotter pullgate ls | awk 'NR>1' | wc -l)" -eq 0
 check "G's content is gone after GC" test "$(ctr_ -n G content ls -q | wc -l)" -eq 0
 
-log "6. no access, wrong password, registry down: distinct errors, nothing recorded"
+PL=containerd.io/snapshot/pullgate.principal
+log "6. no access, wrong password, registry down, bad input: distinct errors, nothing recorded"
 check_err "valid login without access (insufficient_scope)" "no access to $REG_t/private/app" pg verify -n C6 --plain-http --user "carol:$PW_CAROL" "$TPRIV"
 "$PG_BIN" verify --address "$PG/api.sock" -n C6 --plain-http --user "carol:$PW_CAROL" "$TPRIV" >/dev/null 2>&1; check "its exit code is 3 (denied)" test $? -eq 3
 check_err "wrong password (token registry)" "rejected the credentials of user \"alice\"" pg verify -n C6 --plain-http --user "alice:wrong" "$TPRIV"
@@ -164,10 +165,19 @@ DOWN=127.0.0.1:$(free_port)/private/app:v1
 check_err "registry down" "unavailable" pg verify -n C6 --plain-http --user "alice:$PW_ALICE" "$DOWN"
 "$PG_BIN" verify --address "$PG/api.sock" -n C6 --plain-http "$DOWN" >/dev/null 2>&1; check "its exit code is 5 (unavailable)" test $? -eq 5
 check_err "a malformed reference" "invalid image reference" pg verify -n C6 "not a reference"
+for bad_ns in "a/b" "$(printf 'tab\there')" ""; do
+  check_err "namespace ${bad_ns@Q} is refused" "invalid namespace" pg verify -n "$bad_ns" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+done
+check_err "a principal with a path separator is refused" "invalid principal" pg verify -n C6 --principal "../x" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+check_err "a principal label with a control character is refused by the snapshotter" "invalid principal" \
+  run_img A bad1 --snapshotter-label "$PL=$(printf 'a\001b')" "$HPRIV"
+check_err "an unknown digest" "no record of" pg inspect "sha256:$(printf '0%.0s' {1..64})"
+"$PG_BIN" inspect --address "$PG/api.sock" "sha256:$(printf '0%.0s' {1..64})" >/dev/null 2>&1; check "its exit code is 4 (not found)" test $? -eq 4
+check_err "a malformed platform" "invalid platform" pg verify -n C6 --platform linux --plain-http "$HPRIV"
+check_err "revoke with a malformed reference" "invalid image reference" pg revoke -n C6 "Not/A/Ref"
 check "nothing was recorded for C6" test -z "$(pg grants -n C6 | awk 'NR>1')"
 
 log "7. two principals in one namespace; require_principal"
-PL=containerd.io/snapshot/pullgate.principal
 check "pullgate pull -n P7 --principal pod1" pg pull -n P7 --principal pod1 --plain-http --user "bob:$PW_BOB" "$TPRIV"
 check_out "pod1 runs it" "private app" run_img P7 r1 --snapshotter-label "$PL=pod1" "$TPRIV"
 check_err "pod2 is refused" "$DENIED \"P7\" \\(principal \"pod2\"\\)" run_img P7 r2 --snapshotter-label "$PL=pod2" "$TPRIV"
@@ -229,6 +239,40 @@ log "11. a base layer shared with a public image stays usable while the private 
 check_out "B (no grant) runs the public image that shares the private image's base layers" "public base image" \
   bash -c "'${CTR[0]}' -a '${CTR[2]}' -n B images pull --plain-http --snapshotter pullgate '$PUB' >/dev/null && '${CTR[0]}' -a '${CTR[2]}' -n B run --rm --snapshotter pullgate '$PUB' b12"
 check_err "while the private image stays refused for B" "$DENIED \"B\"" run_img B b13 stolen.example/app:v1
+
+log "concurrency: 32 pulls, verifies, runs and revokes across 8 namespaces at once"
+for k in 0 1 2 3 4 5 6 7; do ctr_ -n "K$k" images pull --plain-http --snapshotter pullgate "$PUB" >/dev/null 2>&1; done
+cpids=()
+for i in $(seq 0 31); do
+  ns=K$((i % 8))
+  case $((i % 4)) in
+    0) pg pull -n "$ns" --plain-http --user "bob:$PW_BOB" "$TPRIV" ;;
+    1) pg verify -n "$ns" --plain-http --user "bob:$PW_BOB" "$TPRIV" ;;
+    2) run_img "$ns" "k$i" "$PUB" ;;
+    3) pg revoke -n "$ns" ;;
+  esac > "$WORK/k$i.out" 2>&1 &
+  cpids+=($!)
+done
+cfail=0
+for i in $(seq 0 31); do wait "${cpids[$i]}" || { [ $((i % 4)) -ne 3 ] && cfail=$((cfail + 1)) && echo "    op $i: $(head -c 300 "$WORK/k$i.out")"; }; done
+check "all 24 pulls, verifies and runs succeeded ($cfail failed)" test "$cfail" -eq 0
+check "pullgate is still serving" kill -0 "$PG_PID"
+consistent=1
+for k in 0 1 2 3 4 5 6 7; do
+  ng=$(pg grants -n "K$k" | awk 'NR>1' | wc -l)
+  dec=$(pg check -n "K$k" "$TPRIV")
+  if { [ "$ng" -gt 0 ] && [ "$dec" != allowed ]; } || { [ "$ng" -eq 0 ] && [ "${dec#denied}" = "$dec" ]; }; then
+    consistent=0; echo "    K$k: $ng grants but check says: $dec"
+  fi
+  if ctr_ -n "K$k" images ls -q | grep -qF "$TPRIV"; then
+    out=$(run_img "K$k" "after$k" "$TPRIV" 2>&1); rc=$?
+    if { [ "$dec" = allowed ] && [ $rc -ne 0 ]; } || { [ "$dec" != allowed ] && [ $rc -eq 0 ]; }; then
+      consistent=0; echo "    K$k: check says ${dec:0:40} but ctr run gave rc=$rc: ${out:0:200}"
+    fi
+  fi
+done
+check "afterwards every namespace's decision (check and ctr run) matches its grants" test "$consistent" -eq 1
+check_out "the ledger still reads whole" "grant: namespace=" pg inspect "$TPRIV"
 
 log "secrets: no password in any file pullgate wrote, its log, containerd's labels or metadata"
 leak=""
