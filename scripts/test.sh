@@ -37,6 +37,9 @@ for v in 1.6 1.7 2.1; do
   bash tests/e2e_gate.sh "$v" || failed+=("e2e gate containerd $v")
 done
 
+step "crash test: SIGKILL pullgate (and containerd) during pull, verify and run"
+bash tests/crash.sh 1.6 || failed+=("crash test")
+
 if [ ${#failed[@]} -gt 0 ]; then
   printf '\nFAILED: %s\n' "${failed[*]}"
   exit 1

@@ -17,6 +17,8 @@ use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
 const NAMESPACE_HEADER: &str = "containerd-namespace";
+/// Label on every lease pullgate creates, so leases left by a killed pullgate can be found.
+pub const LEASE_LABEL: &str = "pullgate.io/lease";
 const LEASE_HEADER: &str = "containerd-lease";
 /// Bytes per content Write message.
 const WRITE_CHUNK: usize = 1 << 20;
@@ -55,7 +57,7 @@ impl Containerd {
     fn req<T>(&self, msg: T) -> Request<T> {
         let mut r = Request::new(msg);
         // Names and lease ids are validated printable ASCII, so these parse.
-        if let Ok(v) = self.namespace.parse() {
+        if let Some(Ok(v)) = (!self.namespace.is_empty()).then(|| self.namespace.parse()) {
             r.metadata_mut().insert(NAMESPACE_HEADER, v);
         }
         if let Some(Ok(v)) = self.lease.as_deref().map(str::parse) {
@@ -68,7 +70,7 @@ impl Containerd {
     pub async fn begin_lease(&mut self) -> Result<()> {
         let id = format!("pullgate-{}", uuid::Uuid::new_v4());
         let expire = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + std::time::Duration::from_secs(3600)).to_string();
-        let labels = HashMap::from([("containerd.io/gc.expire".to_string(), expire)]);
+        let labels = HashMap::from([("containerd.io/gc.expire".to_string(), expire), (LEASE_LABEL.to_string(), "1".to_string())]);
         LeasesClient::new(self.channel.clone())
             .create(self.req(CreateRequest { id: id.clone(), labels }))
             .await
@@ -84,6 +86,37 @@ impl Containerd {
                 tracing::warn!(lease = %id, error = %e.message(), "cannot delete lease; it expires in an hour");
             }
         }
+    }
+
+    /// Deletes the leases a previous pullgate process left behind (it was killed mid-pull), in
+    /// every namespace, so what they held can be collected. Called once, before this process
+    /// creates a lease of its own. Returns how many were deleted.
+    pub async fn delete_stale_leases(address: &Path) -> Result<usize> {
+        use containerd_client::services::v1::{namespaces_client::NamespacesClient, ListNamespacesRequest, ListRequest};
+        let mut c = Containerd::connect(address, "").await?;
+        let namespaces = NamespacesClient::new(c.channel.clone())
+            .list(ListNamespacesRequest { filter: String::new() })
+            .await
+            .map_err(err("list namespaces"))?
+            .into_inner()
+            .namespaces;
+        let mut n = 0;
+        for ns in namespaces {
+            c.namespace = ns.name;
+            let filter = format!("labels.\"{LEASE_LABEL}\"");
+            let leases = LeasesClient::new(c.channel.clone())
+                .list(c.req(ListRequest { filters: vec![filter] }))
+                .await
+                .map_err(err(format!("list leases in {}", c.namespace)))?
+                .into_inner()
+                .leases;
+            for l in leases {
+                if LeasesClient::new(c.channel.clone()).delete(c.req(DeleteRequest { id: l.id, sync: false })).await.is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
     }
 
     /// Whether the namespace's content store has the blob.

@@ -67,6 +67,8 @@ pub struct Puller {
     pub key: Arc<IdentityKey>,
     pub probe_anonymous: bool,
     pub hosts_dir: Option<PathBuf>,
+    /// Set once the leases of a previous (killed) pullgate process have been deleted.
+    pub stale_leases_gone: tokio::sync::OnceCell<()>,
 }
 
 /// Blobs downloaded at once.
@@ -93,6 +95,15 @@ impl Puller {
     }
 
     async fn run(&self, req: &Request, full: bool) -> Result<Outcome> {
+        self.stale_leases_gone
+            .get_or_try_init(|| async {
+                let n = Containerd::delete_stale_leases(&self.containerd).await?;
+                if n > 0 {
+                    tracing::info!(deleted = n, "deleted leases left by a previous pullgate process");
+                }
+                Ok::<(), PullError>(())
+            })
+            .await?;
         let opts = Options { plain_http: req.plain_http, hosts_dir: req.hosts_dir.as_deref().or(self.hosts_dir.as_deref()), timeout: None };
         let mut sess = Session::new(&req.reference, req.cred.clone(), &opts)?;
         let resolved = sess.resolve(&req.reference, &req.platform).await?;

@@ -66,7 +66,8 @@ pub fn endpoint(host: &str, hosts_dir: Option<&Path>, plain_http: bool) -> Resul
     parse(&text, host, plain_http).map_err(|reason| HostsError::Invalid { path, reason })
 }
 
-fn parse(text: &str, host: &str, plain_http: bool) -> Result<Endpoint, String> {
+/// Parses the text of a hosts.toml for registry `host`.
+pub fn parse(text: &str, host: &str, plain_http: bool) -> Result<Endpoint, String> {
     let f: HostsFile = toml::from_str(text).map_err(|e| e.to_string())?;
     let server = f.server.unwrap_or_else(|| format!("https://{host}"));
     let url = url::Url::parse(&server).map_err(|e| format!("server {server:?}: {e}"))?;

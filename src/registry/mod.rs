@@ -480,7 +480,8 @@ pub fn is_index(media_type: &str) -> bool {
     matches!(media_type, "application/vnd.oci.image.index.v1+json" | "application/vnd.docker.distribution.manifest.list.v2+json")
 }
 
-fn sniff_media_type(bytes: &[u8]) -> String {
+/// The media type of a manifest or index that came without a usable Content-Type.
+pub fn sniff_media_type(bytes: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct Probe {
         #[serde(rename = "mediaType")]
@@ -494,7 +495,8 @@ fn sniff_media_type(bytes: &[u8]) -> String {
     }
 }
 
-fn parse_manifest(f: &Fetched) -> std::result::Result<oci_spec::image::ImageManifest, String> {
+/// Parses an image manifest (what `resolve` does with the bytes it fetched).
+pub fn parse_manifest(f: &Fetched) -> std::result::Result<oci_spec::image::ImageManifest, String> {
     oci_spec::image::ImageManifest::from_reader(f.bytes.as_slice()).map_err(|e| format!("manifest {}: {e}", f.digest))
 }
 

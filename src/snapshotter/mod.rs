@@ -2,7 +2,7 @@
 //! mounted) with its metadata in redb. It owns the snapshot lifecycle (Prepare, View, Mounts,
 //! Commit, Remove, Stat, Update, Walk, Usage, Cleanup) with containerd's semantics and error
 //! classes; `service` adapts it to containerd's Snapshots gRPC service.
-mod filter;
+pub mod filter;
 mod layout;
 pub mod rpc;
 pub mod service;
