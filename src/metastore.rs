@@ -112,7 +112,9 @@ pub struct MetaStore {
     db: redb::Database,
 }
 
-pub struct ReadTx(redb::ReadTransaction);
+/// A read transaction. Ledger tables are opened once per transaction and reused: a gate
+/// decision reads several collections many times.
+pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 5]);
 pub struct WriteTx(redb::WriteTransaction);
 
 impl MetaStore {
@@ -131,7 +133,7 @@ impl MetaStore {
     }
 
     pub fn read<T, E: From<StoreError>>(&self, f: impl FnOnce(&ReadTx) -> Result<T, E>) -> Result<T, E> {
-        let tx = ReadTx(self.db.begin_read().map_err(StoreError::from)?);
+        let tx = ReadTx(self.db.begin_read().map_err(StoreError::from)?, Default::default());
         f(&tx)
     }
 
@@ -209,12 +211,23 @@ pub trait LedgerRead {
     fn scan<V: serde::de::DeserializeOwned>(&self, c: Collection, prefix: &str) -> Result<Vec<(String, V)>, StoreError>;
 }
 
+impl ReadTx {
+    fn table(&self, c: Collection) -> Result<&redb::ReadOnlyTable<&'static str, &'static [u8]>, StoreError> {
+        let cell = &self.1[c as usize];
+        if let Some(t) = cell.get() {
+            return Ok(t);
+        }
+        let t = self.0.open_table(c.def())?;
+        Ok(cell.get_or_init(|| t))
+    }
+}
+
 impl LedgerRead for ReadTx {
     fn get_json<V: serde::de::DeserializeOwned>(&self, c: Collection, k: &str) -> Result<Option<V>, StoreError> {
-        get_json_in(&self.0.open_table(c.def())?, k)
+        get_json_in(self.table(c)?, k)
     }
     fn scan<V: serde::de::DeserializeOwned>(&self, c: Collection, prefix: &str) -> Result<Vec<(String, V)>, StoreError> {
-        scan_in(&self.0.open_table(c.def())?, prefix)
+        scan_in(self.table(c)?, prefix)
     }
 }
 
@@ -248,10 +261,6 @@ impl ReadTx {
 }
 
 impl WriteTx {
-    pub fn all(&self) -> Result<Vec<(String, Record)>, StoreError> {
-        all_in(&self.0.open_table(SNAPSHOTS)?)
-    }
-
     pub fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         get_in(&self.0.open_table(SNAPSHOTS)?, key)
     }

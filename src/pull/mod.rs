@@ -329,11 +329,16 @@ impl Puller {
                 cd.remove_snapshot(sn, &key).await;
                 return Err(bad(format!("layer {} unpacks to {applied}, but the config says {}", b.digest, diff_ids[i])));
             }
-            if let Err(e) = cd.commit(sn, chain, &key, labels).await {
-                cd.remove_snapshot(sn, &key).await;
-                return Err(e.into());
+            match cd.commit(sn, chain, &key, labels).await {
+                Ok(()) => out.extracted += 1,
+                // A concurrent unpack of the same chain in this namespace committed first: its
+                // snapshot is the same layer, so ours is dropped, as containerd's unpacker does.
+                Err(e) if e.code == tonic::Code::AlreadyExists => cd.remove_snapshot(sn, &key).await,
+                Err(e) => {
+                    cd.remove_snapshot(sn, &key).await;
+                    return Err(e.into());
+                }
             }
-            out.extracted += 1;
         }
         cd.put_image(&r.image_name(), target).await?;
         Ok(out)

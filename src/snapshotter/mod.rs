@@ -250,20 +250,41 @@ impl Snapshotter {
         tracing::debug!(%namespace, key, parent, ?kind, %principal, target = target.as_deref().unwrap_or(""), "create snapshot");
         let _g = self.read_lock();
 
-        // Check the parent before staging, so the copy driver copies the right data and
-        // obviously wrong requests create nothing.
-        let parent_id = if parent.is_empty() {
-            None
-        } else {
-            let p = self.store.read(|tx| tx.get(parent))?.ok_or_else(|| SnapshotterError::NotFound(parent.into()))?;
-            if p.kind != Kind::Committed {
-                return Err(SnapshotterError::InvalidArgument(format!("parent {parent:?} is not a committed snapshot")));
+        // Everything that can refuse the request is decided in one read transaction before any
+        // disk work: the parent, the key, and the gate (which needs the ledger only). A grant
+        // revoked between this decision and the insert below orders the Prepare before the
+        // revoke, as if it had arrived a moment earlier.
+        let subject = Subject { namespace: &namespace, principal: &principal };
+        let (parent_id, chain) = self.store.read(|tx| -> Result<_> {
+            let (parent_id, parent_chain) = match parent {
+                "" => (None, ChainInfo::default()),
+                p => {
+                    let r = tx.get(p)?.ok_or_else(|| SnapshotterError::NotFound(p.into()))?;
+                    if r.kind != Kind::Committed {
+                        return Err(SnapshotterError::InvalidArgument(format!("parent {parent:?} is not a committed snapshot")));
+                    }
+                    (Some(r.id), ChainInfo { chain_id: r.chain_id, diff_ids: r.diff_ids, unknown_layers: r.unknown_layers })
+                }
+            };
+            if tx.get(key)?.is_some() {
+                return Err(SnapshotterError::AlreadyExists(key.into()));
             }
-            Some(p.id)
-        };
-        if self.store.read(|tx| tx.get(key))?.is_some() {
-            return Err(SnapshotterError::AlreadyExists(key.into()));
-        }
+            let chain = match &target {
+                Some(t) => {
+                    let next = self.gate.extract(tx, &subject, &parent_chain, t)?;
+                    // An authorised unpack of a chain pullgate already holds: containerd adopts it.
+                    if labels.get(SNAPSHOT_REF_LABEL) == Some(t) && Self::find_committed(tx, t, parent)?.is_some() {
+                        return Err(SnapshotterError::AlreadyExists(format!("target {t}")));
+                    }
+                    next
+                }
+                None => {
+                    self.gate.use_chain(tx, &subject, &parent_chain)?;
+                    ChainInfo { chain_id: String::new(), ..parent_chain }
+                }
+            };
+            Ok((parent_id, chain))
+        })?;
         let staged = self.layout.stage(kind, parent_id)?;
         let installed = Cell::new(None);
         let result = self.store.write(|tx| {
@@ -274,28 +295,6 @@ impl Snapshotter {
             if parents.first().copied() != parent_id {
                 return Err(SnapshotterError::FailedPrecondition(format!("parent {parent:?} changed during prepare")));
             }
-            let parent_chain = match parent {
-                "" => ChainInfo::default(),
-                p => {
-                    let r = tx.get(p)?.ok_or_else(|| SnapshotterError::NotFound(p.into()))?;
-                    ChainInfo { chain_id: r.chain_id, diff_ids: r.diff_ids, unknown_layers: r.unknown_layers }
-                }
-            };
-            let subject = Subject { namespace: &namespace, principal: &principal };
-            let chain = match &target {
-                Some(t) => {
-                    let next = self.gate.extract(&*tx, &subject, &parent_chain, t)?;
-                    // An authorised unpack of a chain pullgate already holds: containerd adopts it.
-                    if labels.get(SNAPSHOT_REF_LABEL) == Some(t) && Self::find_committed(tx, t, parent)?.is_some() {
-                        return Err(SnapshotterError::AlreadyExists(format!("target {t}")));
-                    }
-                    next
-                }
-                None => {
-                    self.gate.use_chain(&*tx, &subject, &parent_chain)?;
-                    ChainInfo { chain_id: String::new(), ..parent_chain }
-                }
-            };
             let id = tx.next_id()?;
             let now = now_nanos();
             let rec = Record {
@@ -327,7 +326,7 @@ impl Snapshotter {
     }
 
     /// A committed snapshot carrying `containerd.io/snapshot.ref` = `target` on `parent`.
-    fn find_committed(tx: &crate::metastore::WriteTx, target: &str, parent: &str) -> Result<Option<String>> {
+    fn find_committed(tx: &crate::metastore::ReadTx, target: &str, parent: &str) -> Result<Option<String>> {
         Ok(tx
             .all()?
             .into_iter()
