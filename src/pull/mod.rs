@@ -135,16 +135,14 @@ impl Puller {
         if layers.is_empty() {
             return Err(bad("manifest has no layers".into()));
         }
-        for b in std::iter::once(&config).chain(&layers) {
-            if !crate::reference::is_digest(&b.digest) {
-                return Err(bad(format!("unsupported digest {}", b.digest)));
-            }
+        let all: Vec<&Blob> = std::iter::once(&config).chain(&layers).collect();
+        if let Some(b) = all.iter().find(|b| !crate::reference::is_digest(&b.digest)) {
+            return Err(bad(format!("unsupported digest {}", b.digest)));
         }
 
         // 1. Every blob must have been served by this origin; the content must be here for a pull.
         let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), ..Default::default() };
         let known = self.snap.store().read(|tx| ledger::manifest(tx, &out.manifest))?.filter(|m| m.diff_ids.len() == layers.len());
-        let all: Vec<&Blob> = std::iter::once(&config).chain(&layers).collect();
         let mut served = Vec::with_capacity(all.len());
         for b in &all {
             served.push(self.snap.store().read(|tx| ledger::blob_origin(tx, &b.digest, &origin))?.is_some());
@@ -164,24 +162,10 @@ impl Puller {
         for (b, served_here) in all.iter().zip(served) {
             let in_ns = present.contains(&b.digest);
             let need_content = full || (b.digest == config.digest && known.is_none());
-            if served_here {
-                if need_content && !in_ns {
-                    if cd.adopt_content(&b.digest, b.size).await? {
-                        present.insert(b.digest.clone());
-                    } else {
-                        fetch.push(((*b).clone(), true));
-                    }
-                }
-                continue;
-            }
-            let same_host = self
-                .snap
-                .store()
-                .read(|tx| ledger::blob_origins(tx, &b.digest))?
-                .iter()
-                .any(|(o, _)| o.split('/').next() == Some(r.host.as_str()));
-            if same_host && sess.blob_exists(&b.digest).await? {
-                // Same registry host, authenticated HEAD at this repository: stands in for a download.
+            // This origin served the bytes before, or — on the same registry host — an
+            // authenticated HEAD at this repository stands in for a download.
+            let vouched = served_here || (self.same_host_served(&b.digest, &r.host)? && sess.blob_exists(&b.digest).await?);
+            if vouched {
                 if need_content && !in_ns {
                     if cd.adopt_content(&b.digest, b.size).await? {
                         present.insert(b.digest.clone());
@@ -197,7 +181,9 @@ impl Puller {
             } else {
                 fetch.push(((*b).clone(), true));
             }
-            newly_served.push(b.digest.clone());
+            if !served_here {
+                newly_served.push(b.digest.clone());
+            }
         }
         let fetched: Vec<Result<(String, bool)>> = futures_util::stream::iter(fetch)
             .map(|(b, keep)| {
@@ -342,6 +328,12 @@ impl Puller {
         }
         cd.put_image(&r.image_name(), target).await?;
         Ok(out)
+    }
+
+    /// Whether another repository on registry `host` served the blob's bytes.
+    fn same_host_served(&self, digest: &str, host: &str) -> Result<bool> {
+        let origins = self.snap.store().read(|tx| ledger::blob_origins(tx, digest))?;
+        Ok(origins.iter().any(|(o, _)| o.split('/').next() == Some(host)))
     }
 
     /// Streams one blob from the origin (checked against its digest) into the content store,
