@@ -83,26 +83,42 @@ pub struct Gate {
     pub cfg: GateConfig,
 }
 
-/// The grants of one namespace, read once per decision, with the diffIDs of each granted
-/// manifest loaded on first use.
+/// The grants of one namespace, read once per decision, each listing its manifest's layers
+/// (and whether its origin had served them when the grant was written).
 struct GrantView {
     entries: Vec<ledger::GrantEntry>,
-    diff_ids: std::collections::HashMap<String, HashSet<String>>,
+    /// Per grant: whether a grant written before grants carried their layers had its
+    /// manifest's layers read into it already.
+    legacy_loaded: Vec<bool>,
 }
 
 impl GrantView {
     fn load(tx: &impl LedgerRead, ns: &str) -> Result<GrantView, StoreError> {
-        Ok(GrantView { entries: ledger::grants(tx, Some(ns))?, diff_ids: Default::default() })
+        let entries = ledger::grants(tx, Some(ns))?;
+        Ok(GrantView { legacy_loaded: vec![false; entries.len()], entries })
     }
 
-    /// Whether the manifest of grant `i` contains layer `d`.
-    fn manifest_has(&mut self, tx: &impl LedgerRead, i: usize, d: &str) -> Result<bool, StoreError> {
-        let m = &self.entries[i].manifest;
-        if !self.diff_ids.contains_key(m) {
-            let ids = ledger::manifest(tx, m)?.map(|r| r.diff_ids.into_iter().collect()).unwrap_or_default();
-            self.diff_ids.insert(m.clone(), ids);
+    /// Whether the manifest of grant `i` contains layer `d`: None if not, else whether the
+    /// grant's origin was known to have served it when the grant was written. A linear
+    /// search: a manifest has tens of layers, and a hash index per decision costs more.
+    fn covers(&mut self, tx: &impl LedgerRead, i: usize, d: &str) -> Result<Option<bool>, StoreError> {
+        let g = &mut self.entries[i];
+        if g.grant.layers.is_empty() && !self.legacy_loaded[i] {
+            // A grant written before grants carried their layers: read the manifest.
+            let ids = ledger::manifest(tx, &g.manifest)?.map(|r| r.diff_ids).unwrap_or_default();
+            g.grant.layers = ids.into_iter().map(|d| (d, false)).collect();
+            self.legacy_loaded[i] = true;
         }
-        Ok(self.diff_ids.get(m).is_some_and(|ids| ids.contains(d)))
+        Ok(g.grant.layers.iter().find(|(gd, _)| gd == d).map(|(_, served)| *served))
+    }
+
+    /// Whether a grant for which `counts` holds lists `layers` as its first layers, each
+    /// already served by its origin when the grant was written.
+    fn covers_prefix(&self, layers: &[&str], counts: impl Fn(&ledger::GrantEntry) -> bool) -> bool {
+        self.entries.iter().any(|g| {
+            let gl = &g.grant.layers;
+            gl.len() >= layers.len() && layers.iter().zip(gl).all(|(d, (gd, served))| *served && d == gd) && counts(g)
+        })
     }
 }
 
@@ -134,15 +150,12 @@ impl Gate {
     /// Extract: which layer an unpack step with target chain `target` on top of `parent`
     /// applies, and whether namespace `s.namespace` may materialise it. Returns the new chain.
     pub fn extract(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo, target: &str) -> Result<ChainInfo, GateError> {
-        let mut grants = GrantView::load(tx, s.namespace)?;
-        self.check_chain(tx, s, parent, false, &mut grants)?;
         let applied = self.applied_layer(tx, parent, target)?;
+        let mut grants = GrantView::load(tx, s.namespace)?;
+        self.check_chain(tx, s, parent, applied.as_deref(), false, &mut grants)?;
         let mut next = ChainInfo { chain_id: target.to_string(), diff_ids: parent.diff_ids.clone(), unknown_layers: parent.unknown_layers };
         match applied {
-            Some(d) => {
-                self.check_layer(tx, s, &d, false, &mut grants)?;
-                next.diff_ids.push(d);
-            }
+            Some(d) => next.diff_ids.push(d),
             None => {
                 self.check_unknown(s, target)?;
                 next.unknown_layers += 1;
@@ -163,17 +176,41 @@ impl Gate {
             ));
         }
         let mut grants = GrantView::load(tx, s.namespace)?;
-        self.check_chain(tx, s, parent, true, &mut grants)
+        self.check_chain(tx, s, parent, None, true, &mut grants)
     }
 
-    fn check_chain(&self, tx: &impl LedgerRead, s: &Subject, chain: &ChainInfo, per_principal: bool, grants: &mut GrantView) -> Result<(), GateError> {
+    /// Checks every layer of `chain`, then `extra` (the layer an extract adds).
+    fn check_chain(&self, tx: &impl LedgerRead, s: &Subject, chain: &ChainInfo, extra: Option<&str>, per_principal: bool, grants: &mut GrantView) -> Result<(), GateError> {
         if chain.unknown_layers > 0 {
             self.check_unknown(s, if chain.chain_id.is_empty() { "(unnamed chain)" } else { &chain.chain_id })?;
         }
-        for d in &chain.diff_ids {
-            self.check_layer(tx, s, d, per_principal, grants)?;
+        if self.cfg.policy == Policy::NeverVerify {
+            return Ok(());
+        }
+        let layers: Vec<&str> = chain.diff_ids.iter().map(String::as_str).chain(extra).collect();
+        let now = now_nanos();
+        // The common case, decided from the grants alone: one grant's manifest starts with
+        // these layers, and its origin had served every one of them when it was written.
+        if grants.covers_prefix(&layers, |g| self.grant_counts(s, g, per_principal, now)) {
+            return Ok(());
+        }
+        for d in layers {
+            self.check_layer(tx, s, d, per_principal, grants, now)?;
         }
         Ok(())
+    }
+
+    /// Whether grant `g` may count for `s` now: its principal, and its age.
+    fn grant_counts(&self, s: &Subject, g: &ledger::GrantEntry, per_principal: bool, now: i64) -> bool {
+        self.principal_ok(s, g, per_principal) && self.fresh(g.grant.verified_at, now)
+    }
+
+    fn principal_ok(&self, s: &Subject, g: &ledger::GrantEntry, per_principal: bool) -> bool {
+        !per_principal || g.principal == s.principal || (g.principal.is_empty() && !self.cfg.require_principal.contains(s.namespace))
+    }
+
+    fn fresh(&self, verified_at: i64, now: i64) -> bool {
+        self.cfg.reverify_after_ns.is_none_or(|age| now.saturating_sub(verified_at) <= age)
     }
 
     fn check_unknown(&self, s: &Subject, what: &str) -> Result<(), GateError> {
@@ -209,7 +246,7 @@ impl Gate {
         Ok(None)
     }
 
-    fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, d: &str, per_principal: bool, grants: &mut GrantView) -> Result<(), GateError> {
+    fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, d: &str, per_principal: bool, grants: &mut GrantView, now: i64) -> Result<(), GateError> {
         let Some(layer) = ledger::layer(tx, d)? else {
             return self.check_unknown(s, d);
         };
@@ -221,20 +258,18 @@ impl Gate {
         {
             return Ok(());
         }
-        let now = now_nanos();
-        let fresh = |at: i64| self.cfg.reverify_after_ns.is_none_or(|age| now.saturating_sub(at) <= age);
         let mut stale = false;
         for i in 0..grants.entries.len() {
-            let g = &grants.entries[i];
-            let principal_ok = if per_principal {
-                g.principal == s.principal || (g.principal.is_empty() && !self.cfg.require_principal.contains(s.namespace))
-            } else {
-                true
+            let principal_ok = self.principal_ok(s, &grants.entries[i], per_principal);
+            // Cheapest test first: the principal, then manifest membership, then whether the
+            // grant's origin served one of the layer's blobs (known at grant time, or asked now).
+            let served = match if principal_ok { grants.covers(tx, i, d)? } else { None } {
+                None => false,
+                Some(true) => true,
+                Some(false) => ledger::layer_served_by(tx, &layer, &grants.entries[i].origin)?,
             };
-            // Cheapest test first: the principal, then (cached) manifest membership, then
-            // whether the grant's origin served one of the layer's blobs.
-            if principal_ok && grants.manifest_has(tx, i, d)? && self.origin_served(tx, &layer, &grants.entries[i].origin)? {
-                if fresh(grants.entries[i].grant.verified_at) {
+            if served {
+                if self.fresh(grants.entries[i].grant.verified_at, now) {
                     return Ok(());
                 }
                 stale = true;
@@ -249,15 +284,6 @@ impl Gate {
             "no grant for this namespace covers this private layer".to_string()
         };
         Err(self.deny(s, format!("layer {d}"), image.clone(), reason, self.fix_verify(s, image.as_deref())))
-    }
-
-    fn origin_served(&self, tx: &impl LedgerRead, layer: &LayerRec, origin: &str) -> Result<bool, StoreError> {
-        for b in &layer.blobs {
-            if ledger::blob_origin(tx, b, origin)?.is_some() {
-                return Ok(true);
-            }
-        }
-        Ok(false)
     }
 
     fn served_origins(&self, tx: &impl LedgerRead, layer: &LayerRec) -> Result<HashSet<String>, StoreError> {
@@ -283,7 +309,7 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{record_blob, record_manifest, put_grant, Grant, ManifestRec};
+    use crate::ledger::{record_blob, record_manifest, put_grant, ManifestRec};
     use crate::metastore::MetaStore;
 
     const ORIGIN: &str = "reg:5000/private/app";
@@ -322,7 +348,7 @@ mod tests {
     }
 
     fn grant(s: &MetaStore, ns: &str, principal: &str, origin: &str, at: i64) {
-        s.write(|tx| put_grant(tx, ns, principal, origin, &d('m'), &Grant { identity: "hmac-sha256:x".into(), verified_at: at })).unwrap();
+        s.write(|tx| put_grant(tx, ns, principal, origin, &d('m'), "hmac-sha256:x", at)).unwrap();
     }
 
     fn chain_ab() -> ChainInfo {
@@ -449,10 +475,39 @@ mod tests {
     }
 
     #[test]
+    fn grants_decide_from_their_own_layers_and_learn_later_serving() {
+        let (_d, s) = ledger();
+        let g = gate(Policy::NeverVerifyPreloadedImages);
+        // A grant at a mirror that had not served the blobs when the grant was written...
+        let mirror = "mirror:5000/private/app";
+        grant(&s, "m", "", mirror, 1 << 62);
+        s.read(|tx| Ok::<_, StoreError>(denied(g.use_chain(tx, &subj("m", ""), &chain_ab())))).unwrap();
+        // ...counts once that mirror has served them (served-ness is checked again, not cached).
+        s.write(|tx| -> Result<(), StoreError> {
+            record_blob(tx, &d('A'), mirror, "hmac-sha256:y", 2)?;
+            record_blob(tx, &d('B'), mirror, "hmac-sha256:y", 2)
+        })
+        .unwrap();
+        s.read(|tx| Ok::<_, StoreError>(g.use_chain(tx, &subj("m", ""), &chain_ab()).unwrap())).unwrap();
+        // A grant stored without its layers (written before grants carried them) reads the manifest.
+        s.write(|tx| {
+            let k = crate::metastore::key(&["old", "", ORIGIN, &d('m')]);
+            tx.put_val(crate::metastore::Collection::Grants, &k, &ledger::Grant { identity: "hmac-sha256:x".into(), verified_at: 1 << 62, layers: vec![] })
+        })
+        .unwrap();
+        s.read(|tx| -> Result<(), StoreError> {
+            g.use_chain(tx, &subj("old", ""), &chain_ab()).unwrap();
+            g.extract(tx, &subj("old", ""), &ChainInfo::default(), &d('a')).unwrap();
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
     fn unreadable_ledger_denies() {
         struct Broken;
         impl LedgerRead for Broken {
-            fn get_json<V: serde::de::DeserializeOwned>(&self, _c: crate::metastore::Collection, k: &str) -> Result<Option<V>, StoreError> {
+            fn get_val<V: serde::de::DeserializeOwned>(&self, _c: crate::metastore::Collection, k: &str) -> Result<Option<V>, StoreError> {
                 Err(StoreError::Corrupt { key: k.into(), reason: "test".into() })
             }
             fn scan<V: serde::de::DeserializeOwned>(&self, _c: crate::metastore::Collection, p: &str) -> Result<Vec<(String, V)>, StoreError> {

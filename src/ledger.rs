@@ -54,6 +54,14 @@ pub struct ChainRec {
 pub struct Grant {
     pub identity: String,
     pub verified_at: i64,
+    /// The granted manifest's layers (diffIDs), copied when the grant is written so that a
+    /// decision reads one namespace's grants and nothing else per grant: a manifest's layers
+    /// never change. Each comes with whether the grant's origin had already served one of the
+    /// layer's blobs then; origins only ever gain blobs, so `true` stays true and `false` is
+    /// checked again in the ledger. Empty in grants written before this field existed: the
+    /// gate then reads the manifest.
+    #[serde(default)]
+    pub layers: Vec<(String, bool)>,
 }
 
 /// A grant with its key parts.
@@ -84,7 +92,7 @@ pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
 }
 
 pub fn blob_origin(tx: &impl LedgerRead, digest: &str, origin: &str) -> Result<Option<BlobOrigin>, StoreError> {
-    tx.get_json(Collection::BlobOrigins, &key(&[digest, origin]))
+    tx.get_val(Collection::BlobOrigins, &key(&[digest, origin]))
 }
 
 /// Every origin that served the blob's bytes.
@@ -99,14 +107,14 @@ pub fn blob_origins(tx: &impl LedgerRead, digest: &str) -> Result<Vec<(String, B
 
 pub fn record_blob(tx: &mut WriteTx, digest: &str, origin: &str, identity: &str, now: i64) -> Result<(), StoreError> {
     let k = key(&[digest, origin]);
-    let mut rec: BlobOrigin = tx.get_json(Collection::BlobOrigins, &k)?.unwrap_or_default();
+    let mut rec: BlobOrigin = tx.get_val(Collection::BlobOrigins, &k)?.unwrap_or_default();
     rec.identities.insert(identity.to_string());
     rec.last = now;
-    tx.put_json(Collection::BlobOrigins, &k, &rec)
+    tx.put_val(Collection::BlobOrigins, &k, &rec)
 }
 
 pub fn manifest(tx: &impl LedgerRead, digest: &str) -> Result<Option<ManifestRec>, StoreError> {
-    tx.get_json(Collection::Manifests, digest)
+    tx.get_val(Collection::Manifests, digest)
 }
 
 /// Manifests fetched as the image name `name` (`host/repo:tag`), or by digest.
@@ -115,11 +123,11 @@ pub fn manifests_named(tx: &impl LedgerRead, name: &str) -> Result<Vec<(String, 
 }
 
 pub fn layer(tx: &impl LedgerRead, diff_id: &str) -> Result<Option<LayerRec>, StoreError> {
-    tx.get_json(Collection::Layers, diff_id)
+    tx.get_val(Collection::Layers, diff_id)
 }
 
 pub fn chain(tx: &impl LedgerRead, chain_id: &str) -> Result<Option<ChainRec>, StoreError> {
-    tx.get_json(Collection::Chains, chain_id)
+    tx.get_val(Collection::Chains, chain_id)
 }
 
 /// Every layer that is not public (for the chainID test on unknown chains).
@@ -133,7 +141,7 @@ pub fn record_manifest(tx: &mut WriteTx, digest: &str, m: &ManifestRec) -> Resul
     let mut rec = manifest(tx, digest)?.unwrap_or_else(|| ManifestRec { config: m.config.clone(), layers: m.layers.clone(), diff_ids: m.diff_ids.clone(), ..Default::default() });
     rec.origins.extend(m.origins.iter().cloned());
     rec.names.extend(m.names.iter().cloned());
-    tx.put_json(Collection::Manifests, digest, &rec)?;
+    tx.put_val(Collection::Manifests, digest, &rec)?;
     let chains = chain_ids(&m.diff_ids);
     for (i, (blob, d)) in m.layers.iter().zip(&m.diff_ids).enumerate() {
         let mut l = layer(tx, d)?.unwrap_or_default();
@@ -144,9 +152,9 @@ pub fn record_manifest(tx: &mut WriteTx, digest: &str, m: &ManifestRec) -> Resul
         if !l.public {
             l.public = blob_origins(tx, blob)?.iter().any(|(_, o)| o.identities.contains(ANONYMOUS));
         }
-        tx.put_json(Collection::Layers, d, &l)?;
+        tx.put_val(Collection::Layers, d, &l)?;
         let parent = if i == 0 { String::new() } else { chains[i - 1].clone() };
-        tx.put_json(Collection::Chains, &chains[i], &ChainRec { parent, diff_id: d.clone() })?;
+        tx.put_val(Collection::Chains, &chains[i], &ChainRec { parent, diff_id: d.clone() })?;
     }
     Ok(())
 }
@@ -155,14 +163,36 @@ pub fn mark_public(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
     if let Some(mut l) = layer(tx, diff_id)? {
         if !l.public {
             l.public = true;
-            tx.put_json(Collection::Layers, diff_id, &l)?;
+            tx.put_val(Collection::Layers, diff_id, &l)?;
         }
     }
     Ok(())
 }
 
-pub fn put_grant(tx: &mut WriteTx, ns: &str, principal: &str, origin: &str, manifest: &str, g: &Grant) -> Result<(), StoreError> {
-    tx.put_json(Collection::Grants, &key(&[ns, principal, origin, manifest]), g)
+/// Whether `origin` served the bytes of one of the layer's blobs.
+pub fn layer_served_by(tx: &impl LedgerRead, layer: &LayerRec, origin: &str) -> Result<bool, StoreError> {
+    for b in &layer.blobs {
+        if blob_origin(tx, b, origin)?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Records that `(ns, principal)` authenticated at `origin` for `manifest` (already recorded)
+/// as `identity` at `verified_at`, replacing an older grant for the same key.
+pub fn put_grant(tx: &mut WriteTx, ns: &str, principal: &str, origin: &str, manifest: &str, identity: &str, verified_at: i64) -> Result<(), StoreError> {
+    let diff_ids = self::manifest(tx, manifest)?.map(|m| m.diff_ids).unwrap_or_default();
+    let mut layers = Vec::with_capacity(diff_ids.len());
+    for d in diff_ids {
+        let served = match layer(tx, &d)? {
+            Some(l) => layer_served_by(tx, &l, origin)?,
+            None => false,
+        };
+        layers.push((d, served));
+    }
+    let g = Grant { identity: identity.to_string(), verified_at, layers };
+    tx.put_val(Collection::Grants, &key(&[ns, principal, origin, manifest]), &g)
 }
 
 /// Grants of one namespace (all namespaces when `ns` is None).
@@ -187,7 +217,7 @@ pub fn revoke(tx: &mut WriteTx, ns: &str, principal: Option<&str>, origin: Optio
         if principal.is_some_and(|p| p != g.principal) || origin.is_some_and(|o| o != g.origin) {
             continue;
         }
-        tx.delete_json(Collection::Grants, &key(&[&g.namespace, &g.principal, &g.origin, &g.manifest]))?;
+        tx.delete_val(Collection::Grants, &key(&[&g.namespace, &g.principal, &g.origin, &g.manifest]))?;
         n += 1;
     }
     Ok(n)

@@ -8,7 +8,7 @@
 pub mod containerd;
 
 use crate::credential::{short, Credential, IdentityKey, ANONYMOUS};
-use crate::ledger::{self, Grant, ManifestRec};
+use crate::ledger::{self, ManifestRec};
 use crate::metastore::StoreError;
 use crate::reference::Reference;
 use crate::registry::{self, Options, RegistryError, Session, MAX_MANIFEST};
@@ -245,7 +245,7 @@ impl Puller {
             for d in &public {
                 ledger::mark_public(tx, d)?;
             }
-            ledger::put_grant(tx, &req.namespace, &req.principal, &origin, &out.manifest, &Grant { identity: identity.clone(), verified_at: now })
+            ledger::put_grant(tx, &req.namespace, &req.principal, &origin, &out.manifest, &identity, now)
         })?;
         tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %origin, manifest = %out.manifest,
             identity = %short(&identity), downloaded = out.downloaded.len(), "grant recorded");
