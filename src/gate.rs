@@ -238,12 +238,7 @@ impl Gate {
             // The parent's own chain is unknown: the arithmetic cannot be done.
             return Ok(None);
         }
-        for d in ledger::protected_layers(tx)? {
-            if ledger::chain_id(&parent.chain_id, &d) == target {
-                return Ok(Some(d));
-            }
-        }
-        Ok(None)
+        ledger::protected_layer_for_chain(tx, &parent.chain_id, target)
     }
 
     fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, d: &str, per_principal: bool, grants: &mut GrantView, now: i64) -> Result<(), GateError> {
@@ -504,9 +499,35 @@ mod tests {
     }
 
     #[test]
+    fn protected_index_is_rebuilt_for_an_older_ledger() {
+        let (_d, s) = ledger();
+        let g = gate(Policy::NeverVerifyPreloadedImages);
+        let base = ChainInfo { chain_id: d('x'), diff_ids: vec![], unknown_layers: 1 };
+        let target = ledger::chain_id(&d('x'), &d('b'));
+        // A ledger from before the index: drop it and the upgrade marker, then upgrade.
+        s.write(|tx| -> Result<(), StoreError> {
+            for l in [d('a'), d('b'), d('p')] {
+                tx.delete_val(crate::metastore::Collection::Protected, &l)?;
+            }
+            tx.set_counter("ledger_protected_index", 0)
+        })
+        .unwrap();
+        let next = s.read(|tx| Ok::<_, StoreError>(g.extract(tx, &subj("b", ""), &base, &target).unwrap())).unwrap();
+        assert_eq!(next.unknown_layers, 2, "without the index the layer is not recognised");
+        s.write(ledger::upgrade).unwrap();
+        s.read(|tx| Ok::<_, StoreError>(denied(g.extract(tx, &subj("b", ""), &base, &target)))).unwrap();
+        // The public layer is not indexed: on an unknown base it is simply unknown.
+        let pub_target = ledger::chain_id(&d('x'), &d('p'));
+        s.read(|tx| Ok::<_, StoreError>(g.extract(tx, &subj("b", ""), &base, &pub_target).unwrap())).unwrap();
+    }
+
+    #[test]
     fn unreadable_ledger_denies() {
         struct Broken;
         impl LedgerRead for Broken {
+            fn find_key(&self, _c: crate::metastore::Collection, _p: &mut dyn FnMut(&str) -> bool) -> Result<Option<String>, StoreError> {
+                Err(StoreError::Corrupt { key: String::new(), reason: "test".into() })
+            }
             fn get_val<V: serde::de::DeserializeOwned>(&self, _c: crate::metastore::Collection, k: &str) -> Result<Option<V>, StoreError> {
                 Err(StoreError::Corrupt { key: k.into(), reason: "test".into() })
             }

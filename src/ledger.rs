@@ -130,9 +130,50 @@ pub fn chain(tx: &impl LedgerRead, chain_id: &str) -> Result<Option<ChainRec>, S
     tx.get_val(Collection::Chains, chain_id)
 }
 
-/// Every layer that is not public (for the chainID test on unknown chains).
-pub fn protected_layers(tx: &impl LedgerRead) -> Result<Vec<String>, StoreError> {
-    Ok(tx.scan::<LayerRec>(Collection::Layers, "")?.into_iter().filter(|(_, l)| !l.public).map(|(k, _)| k).collect())
+/// The protected (not public) layer d with chainID(parent, d) == target, if any: the chainID
+/// test for an extract whose target chain the ledger never recorded. Walks the protected-layer
+/// keys hashing each, so its cost grows with the number of protected layers.
+pub fn protected_layer_for_chain(tx: &impl LedgerRead, parent: &str, target: &str) -> Result<Option<String>, StoreError> {
+    if parent.is_empty() {
+        // A base layer's chainID is its diffID.
+        return Ok(if tx.get_val::<()>(Collection::Protected, target)?.is_some() { Some(target.to_string()) } else { None });
+    }
+    let mut want = [0u8; 32];
+    let Some(hex_part) = target.strip_prefix("sha256:") else { return Ok(None) };
+    if hex::decode_to_slice(hex_part, &mut want).is_err() {
+        return Ok(None);
+    }
+    let mut prefix = Sha256::new();
+    prefix.update(parent.as_bytes());
+    prefix.update(b" ");
+    tx.find_key(Collection::Protected, &mut |d| {
+        let mut h = prefix.clone();
+        h.update(d.as_bytes());
+        h.finalize().as_slice() == want
+    })
+}
+
+/// Keeps the protected-layer index in step with a layer's public flag.
+fn index_protected(tx: &mut WriteTx, diff_id: &str, public: bool) -> Result<(), StoreError> {
+    if public {
+        tx.delete_val(Collection::Protected, diff_id)?;
+        Ok(())
+    } else {
+        tx.put_val(Collection::Protected, diff_id, &())
+    }
+}
+
+/// One-time upgrades of a ledger written by an earlier version: builds the protected-layer
+/// index. Runs in the caller's write transaction; does nothing once done.
+pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
+    const PROTECTED_INDEX: &str = "ledger_protected_index";
+    if tx.counter(PROTECTED_INDEX)? == 0 {
+        for (d, l) in tx.scan::<LayerRec>(Collection::Layers, "")? {
+            index_protected(tx, &d, l.public)?;
+        }
+        tx.set_counter(PROTECTED_INDEX, 1)?;
+    }
+    Ok(())
 }
 
 /// Records a manifest whose blobs' origins are already recorded: its layers, chains, and
@@ -153,6 +194,7 @@ pub fn record_manifest(tx: &mut WriteTx, digest: &str, m: &ManifestRec) -> Resul
             l.public = blob_origins(tx, blob)?.iter().any(|(_, o)| o.identities.contains(ANONYMOUS));
         }
         tx.put_val(Collection::Layers, d, &l)?;
+        index_protected(tx, d, l.public)?;
         let parent = if i == 0 { String::new() } else { chains[i - 1].clone() };
         tx.put_val(Collection::Chains, &chains[i], &ChainRec { parent, diff_id: d.clone() })?;
     }
@@ -164,6 +206,7 @@ pub fn mark_public(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
         if !l.public {
             l.public = true;
             tx.put_val(Collection::Layers, diff_id, &l)?;
+            index_protected(tx, diff_id, true)?;
         }
     }
     Ok(())

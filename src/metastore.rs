@@ -12,7 +12,7 @@ use std::path::Path;
 const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots");
 /// (parent key, child key) for every snapshot that has a parent.
 const CHILDREN: TableDefinition<(&str, &str), ()> = TableDefinition::new("children");
-/// Named counters ("next_id").
+/// Named counters ("next_id", markers of one-time upgrades).
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
 /// The ledger's collections. Values are encoded as [`encode`] says; composite keys join their
@@ -29,11 +29,19 @@ pub enum Collection {
     Chains,
     /// `namespace NUL principal NUL origin NUL manifest` -> identity and time verified.
     Grants,
+    /// diffID -> () for every layer that is not public: the keys the chainID test walks.
+    Protected,
 }
 
 impl Collection {
-    const ALL: [Collection; 5] =
-        [Collection::BlobOrigins, Collection::Manifests, Collection::Layers, Collection::Chains, Collection::Grants];
+    const ALL: [Collection; 6] = [
+        Collection::BlobOrigins,
+        Collection::Manifests,
+        Collection::Layers,
+        Collection::Chains,
+        Collection::Grants,
+        Collection::Protected,
+    ];
     fn def(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
         match self {
             Collection::BlobOrigins => TableDefinition::new("ledger_blob_origins"),
@@ -41,6 +49,7 @@ impl Collection {
             Collection::Layers => TableDefinition::new("ledger_layers"),
             Collection::Chains => TableDefinition::new("ledger_chains"),
             Collection::Grants => TableDefinition::new("ledger_grants"),
+            Collection::Protected => TableDefinition::new("ledger_protected"),
         }
     }
 }
@@ -114,7 +123,7 @@ pub struct MetaStore {
 
 /// A read transaction. Ledger tables are opened once per transaction and reused: a gate
 /// decision reads several collections many times.
-pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 5]);
+pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 6]);
 pub struct WriteTx(redb::WriteTransaction);
 
 impl MetaStore {
@@ -198,8 +207,20 @@ fn scan_in<V: serde::de::DeserializeOwned, T: ReadableTable<&'static str, &'stat
     Ok(out)
 }
 
+fn find_key_in<T: ReadableTable<&'static str, &'static [u8]>>(t: &T, pred: &mut dyn FnMut(&str) -> bool) -> Result<Option<String>, StoreError> {
+    for item in t.iter()? {
+        let (k, _) = item?;
+        if pred(k.value()) {
+            return Ok(Some(k.value().to_string()));
+        }
+    }
+    Ok(None)
+}
+
 /// Reads of ledger collections, in a read or a write transaction.
 pub trait LedgerRead {
+    /// The first key of the collection, in key order, for which `pred` holds; values unread.
+    fn find_key(&self, c: Collection, pred: &mut dyn FnMut(&str) -> bool) -> Result<Option<String>, StoreError>;
     fn get_val<V: serde::de::DeserializeOwned>(&self, c: Collection, k: &str) -> Result<Option<V>, StoreError>;
     /// Every entry whose key starts with `prefix`, in key order.
     fn scan<V: serde::de::DeserializeOwned>(&self, c: Collection, prefix: &str) -> Result<Vec<(String, V)>, StoreError>;
@@ -217,6 +238,9 @@ impl ReadTx {
 }
 
 impl LedgerRead for ReadTx {
+    fn find_key(&self, c: Collection, pred: &mut dyn FnMut(&str) -> bool) -> Result<Option<String>, StoreError> {
+        find_key_in(self.table(c)?, pred)
+    }
     fn get_val<V: serde::de::DeserializeOwned>(&self, c: Collection, k: &str) -> Result<Option<V>, StoreError> {
         get_val_in(self.table(c)?, k)
     }
@@ -226,6 +250,9 @@ impl LedgerRead for ReadTx {
 }
 
 impl LedgerRead for WriteTx {
+    fn find_key(&self, c: Collection, pred: &mut dyn FnMut(&str) -> bool) -> Result<Option<String>, StoreError> {
+        find_key_in(&self.0.open_table(c.def())?, pred)
+    }
     fn get_val<V: serde::de::DeserializeOwned>(&self, c: Collection, k: &str) -> Result<Option<V>, StoreError> {
         get_val_in(&self.0.open_table(c.def())?, k)
     }
@@ -261,6 +288,16 @@ impl WriteTx {
 
     pub fn has_children(&self, key: &str) -> Result<bool, StoreError> {
         has_children_in(&self.0.open_table(CHILDREN)?, key)
+    }
+
+    /// A named counter (0 when never set), for ids and one-time upgrades.
+    pub fn counter(&self, name: &str) -> Result<u64, StoreError> {
+        Ok(self.0.open_table(COUNTERS)?.get(name)?.map(|v| v.value()).unwrap_or(0))
+    }
+
+    pub fn set_counter(&mut self, name: &str, v: u64) -> Result<(), StoreError> {
+        self.0.open_table(COUNTERS)?.insert(name, v)?;
+        Ok(())
     }
 
     pub fn next_id(&mut self) -> Result<u64, StoreError> {

@@ -194,6 +194,7 @@ impl Snapshotter {
             .map_err(|source| SnapshotterError::Io { context: format!("create {}", root.display()), source })?;
         let layout = Layout::new(root, driver)?;
         let store = MetaStore::open(&root.join("metadata.redb"))?;
+        store.write(crate::ledger::upgrade)?;
         let s = Snapshotter { store, layout, gate, cleanup_lock: RwLock::new(()) };
         let removed = s.cleanup()?;
         if removed > 0 {
