@@ -201,6 +201,7 @@ impl Puller {
             out.downloaded.push(d);
         }
 
+        crate::crashpoint::hit("pull.fetched");
         // 2. diffIDs: from the ledger when the manifest is known, else from the config.
         let diff_ids: Vec<String> = match known {
             Some(m) => m.diff_ids,
@@ -245,8 +246,11 @@ impl Puller {
             for d in &public {
                 ledger::mark_public(tx, d)?;
             }
-            ledger::put_grant(tx, &req.namespace, &req.principal, &origin, &out.manifest, &identity, now)
+            ledger::put_grant(tx, &req.namespace, &req.principal, &origin, &out.manifest, &identity, now)?;
+            crate::crashpoint::hit("ledger.grant-staged");
+            Ok(())
         })?;
+        crate::crashpoint::hit("pull.granted");
         tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %origin, manifest = %out.manifest,
             identity = %short(&identity), downloaded = out.downloaded.len(), "grant recorded");
 
@@ -289,6 +293,7 @@ impl Puller {
         clabels.insert(format!("containerd.io/gc.ref.snapshot.{}", self.snapshotter_name), top.clone());
         cd.label_content(&config.digest, &clabels).await?;
 
+        crate::crashpoint::hit("pull.labelled");
         // 7. Unpack into pullgate through containerd (the gate sees these Prepares).
         let sn = &self.snapshotter_name;
         for (i, b) in layers.iter().enumerate() {
@@ -316,7 +321,10 @@ impl Puller {
                 return Err(bad(format!("layer {} unpacks to {applied}, but the config says {}", b.digest, diff_ids[i])));
             }
             match cd.commit(sn, chain, &key, labels).await {
-                Ok(()) => out.extracted += 1,
+                Ok(()) => {
+                    out.extracted += 1;
+                    crate::crashpoint::hit("pull.layer-committed");
+                }
                 // A concurrent unpack of the same chain in this namespace committed first: its
                 // snapshot is the same layer, so ours is dropped, as containerd's unpacker does.
                 Err(e) if e.code == tonic::Code::AlreadyExists => cd.remove_snapshot(sn, &key).await,

@@ -140,14 +140,23 @@ impl Layout {
         remove_logged(&self.retired(id));
     }
 
-    /// Deletes every entry of `snapshots/` that is not the directory of a snapshot in `ids`.
+    /// Deletes every entry of `snapshots/` that is not the directory of a snapshot in `ids`,
+    /// except that `rm-<id>` of a snapshot still in `ids` is renamed back: a removal that died
+    /// between retiring the directory and committing the metadata did not happen.
     pub fn remove_orphans(&self, ids: &HashSet<u64>) -> Result<usize, SnapshotterError> {
         let mut removed = 0;
         let entries = fs::read_dir(&self.snapshots).map_err(io_err(format!("read {}", self.snapshots.display())))?;
         for entry in entries {
             let entry = entry.map_err(io_err("read snapshots directory"))?;
             let name = entry.file_name();
-            let known = name.to_str().and_then(|n| n.parse::<u64>().ok()).is_some_and(|id| ids.contains(&id));
+            let name = name.to_str().unwrap_or_default();
+            let known = name.parse::<u64>().ok().is_some_and(|id| ids.contains(&id));
+            let retired_live = name.strip_prefix("rm-").and_then(|n| n.parse::<u64>().ok()).filter(|id| ids.contains(id));
+            if let Some(id) = retired_live {
+                tracing::info!(id, "restoring the directory of a removal that did not commit");
+                fs::rename(entry.path(), self.dir(id)).map_err(io_err(format!("restore {}", self.dir(id).display())))?;
+                continue;
+            }
             if !known {
                 tracing::info!(path = %entry.path().display(), "removing directory no snapshot references");
                 let p = entry.path();

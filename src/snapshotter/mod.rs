@@ -315,6 +315,7 @@ impl Snapshotter {
             tx.put(key, &rec)?;
             self.layout.install(&staged, id)?;
             installed.set(Some(id));
+            crate::crashpoint::hit("snapshot.prepare-installed");
             Ok(self.layout.mounts(kind, id, &parents))
         });
         if result.is_err() {
@@ -363,6 +364,7 @@ impl Snapshotter {
             tx.delete(key)?;
             let now = now_nanos();
             tx.put(name, &Record { kind: Kind::Committed, labels, created: now, updated: now, size, inodes, ..r })?;
+            crate::crashpoint::hit("snapshot.commit-staged");
             Ok(())
         })
     }
@@ -380,6 +382,7 @@ impl Snapshotter {
             tx.delete(key)?;
             self.layout.retire(r.id)?;
             retired.set(Some(r.id));
+            crate::crashpoint::hit("snapshot.remove-retired");
             Ok(r.id)
         });
         match result {
@@ -527,6 +530,16 @@ mod tests {
         assert_eq!(s.cleanup().unwrap(), 2);
         assert_eq!(std::fs::read_dir(&snaps).unwrap().count(), 1);
         s.mounts("a").unwrap();
+        // A removal that died after renaming the directory but before its metadata commit:
+        // the snapshot still exists, so its directory comes back; a committed removal's goes.
+        let id = std::fs::read_dir(&snaps).unwrap().next().unwrap().unwrap().file_name();
+        let id = id.to_str().unwrap();
+        std::fs::write(snaps.join(id).join("fs/kept"), b"x").unwrap();
+        std::fs::rename(snaps.join(id), snaps.join(format!("rm-{id}"))).unwrap();
+        std::fs::create_dir(snaps.join("rm-999")).unwrap();
+        assert_eq!(s.cleanup().unwrap(), 1);
+        assert!(snaps.join(id).join("fs/kept").exists());
+        assert!(!snaps.join("rm-999").exists());
     }
 
     #[test]
