@@ -22,7 +22,7 @@ cargo test --release --locked >/dev/null 2>&1 || failed+=("unit tests")
 step "conformance suite (containerd snapshots/testsuite)"
 (cd tests/conformance && GOPATH=/usr/share/gocode GO111MODULE=off GOPROXY=off GOFLAGS= go test -c -o conformance.test .)
 for driver in overlay copy; do
-  out=$(tests/conformance/conformance.test -test.root -test.v -pullgate "$here/target/release/pullgate" -driver "$driver" 2>&1) && rc=0 || rc=$?
+  out=$(tests/conformance/conformance.test -test.root -test.v -test.run '^(TestProxy|TestMetadata|TestBadRequests)$' -pullgate "$here/target/release/pullgate" -driver "$driver" 2>&1) && rc=0 || rc=$?
   grep -E '^\s*--- (FAIL|SKIP)|^\s+(testsuite|pullgate_test|badrequests_test)\.go' <<<"$out" | grep -v 'EROFS is expected' || true
   passed=$(grep -cE '^\s*--- PASS: Test[A-Za-z]+/' <<<"$out" || true)
   skipped=$(grep -cE '^\s*--- SKIP' <<<"$out" || true)

@@ -193,14 +193,16 @@ TOML
   rm "$c/config.toml.tmp"
 }
 
-# start_containerd VERSION PG_SOCKET [keep-builtin]: sets CTRD_PID, CTR (a ctr command array).
+# start_containerd VERSION PG_SOCKET [keep-builtin]: sets CTRD_PID, CTRD_SOCK, CTR (a ctr
+# command array).
 start_containerd() {
   local v=$1 bin; bin=$(containerd_bindir "$v") || return 1
   local c=$WORK/containerd; mkdir -p "$c"
   containerd_config "$v" "$2" "${3:-}"
   PATH="$bin:$PATH" "$bin/containerd" --config "$c/config.toml" >>"$c/log" 2>&1 &
   CTRD_PID=$!; PIDS+=($CTRD_PID)
-  CTR=("$bin/ctr" -a "$c/containerd.sock")
+  CTRD_SOCK=$c/containerd.sock
+  CTR=("$bin/ctr" -a "$CTRD_SOCK")
   wait_for 30 "${CTR[@]}" version || { echo "containerd $v did not start:"; tail -50 "$c/log"; return 1; }
 }
 
