@@ -6,7 +6,10 @@
 #      and through containerd's metadata layer, for the overlay and the copying driver, plus
 #      wrong requests straight to the socket
 #   4. end to end under real containerd 1.6, 1.7 and 2.1: the snapshotter, and the gate
-#      (registries with htpasswd and token auth, an attacker's registry, both attacks)
+#      (registries with htpasswd and token auth, an attacker's registry, both attacks,
+#      hostile registries, bad input, concurrency, secrets)
+#   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
+#      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -37,8 +40,10 @@ for v in 1.6 1.7 2.1; do
   bash tests/e2e_gate.sh "$v" || failed+=("e2e gate containerd $v")
 done
 
-step "crash test: SIGKILL pullgate (and containerd) during pull, verify and run"
-bash tests/crash.sh 1.6 || failed+=("crash test")
+for v in 1.6 2.1; do
+  step "crash test under containerd $v: crash points and SIGKILLs of pullgate (and containerd) during pull, verify, unpack and run"
+  bash tests/crash.sh "$v" || failed+=("crash test containerd $v")
+done
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf '\nFAILED: %s\n' "${failed[*]}"

@@ -62,6 +62,17 @@ pub struct RegistryConfig {
     /// scheme and TLS settings; the CLI's `--hosts-dir` overrides it per request.
     #[serde(default)]
     pub hosts_dir: Option<PathBuf>,
+    /// Longest wait for a connection or for the next bytes of an answer ("30s" when unset); a
+    /// whole request (a blob's download included) may take twice that.
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+impl RegistryConfig {
+    /// The registry timeout (validated by `parse`).
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        self.timeout.as_deref().and_then(parse_duration_secs).map(std::time::Duration::from_secs)
+    }
 }
 
 /// Parses a positive duration such as `90s`, `15m`, `12h`, `7d` into whole seconds.
@@ -180,6 +191,10 @@ impl Config {
                 ConfigError::Invalid(format!("[policy] reverify_after {r:?}: expected a positive duration like 90s, 15m, 12h, 7d"))
             })?;
         }
+        if let Some(t) = &self.registry.timeout {
+            parse_duration_secs(t)
+                .ok_or_else(|| ConfigError::Invalid(format!("[registry] timeout {t:?}: expected a positive duration like 10s, 2m")))?;
+        }
         for ns in self.namespaces.keys() {
             if ns.is_empty() || ns.chars().any(|c| c.is_control() || c == '/') {
                 return Err(ConfigError::Invalid(format!("[namespaces] {ns:?} is not a containerd namespace name")));
@@ -220,17 +235,18 @@ mod tests {
     #[test]
     fn gate_keys() {
         let c = Config::parse(
-            "[policy]\nverification='AlwaysVerify'\nallowlist=['reg.io/pub/*']\nreverify_after='2m'\nprobe_anonymous=true\n[namespaces.\"team-b\"]\nrequire_principal=true\n[registry]\nhosts_dir='/etc/containerd/certs.d'\n",
+            "[policy]\nverification='AlwaysVerify'\nallowlist=['reg.io/pub/*']\nreverify_after='2m'\nprobe_anonymous=true\n[namespaces.\"team-b\"]\nrequire_principal=true\n[registry]\nhosts_dir='/etc/containerd/certs.d'\ntimeout='10s'\n",
         )
         .unwrap();
         let g = c.gate();
         assert_eq!(g.policy, crate::gate::Policy::AlwaysVerify);
         assert_eq!(g.reverify_after_ns, Some(120_000_000_000));
+        assert_eq!(c.registry.timeout(), Some(std::time::Duration::from_secs(10)));
         assert!(g.require_principal.contains("team-b"));
         assert!(g.allowlist[0].matches("reg.io/pub/x"));
         assert_eq!(parse_duration_secs("7d"), Some(604800));
         assert_eq!(parse_duration_secs("0s"), None);
-        for bad in ["[policy]\nverification='Sometimes'", "[policy]\nallowlist=['reg.io/app:v1']", "[policy]\nreverify_after='soon'"] {
+        for bad in ["[policy]\nverification='Sometimes'", "[policy]\nallowlist=['reg.io/app:v1']", "[policy]\nreverify_after='soon'", "[registry]\ntimeout='0s'"] {
             assert!(Config::parse(bad).is_err(), "{bad}");
         }
     }

@@ -113,6 +113,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         key,
         probe_anonymous: cfg.policy.probe_anonymous,
         hosts_dir: cfg.registry.hosts_dir.clone(),
+        timeout: cfg.registry.timeout(),
         stale_leases_gone: tokio::sync::OnceCell::new(),
     });
     let sock = &cfg.daemon.snapshotter_socket;

@@ -184,6 +184,39 @@ check_err "a malformed platform" "invalid platform" pg verify -n C6 --platform l
 check_err "revoke with a malformed reference" "invalid image reference" pg revoke -n C6 "Not/A/Ref"
 check "nothing was recorded for C6" test -z "$(pg grants -n C6 | awk 'NR>1')"
 
+log "6b. hostile registries: each ends with a clear error in bounded time, records nothing, leaks nothing"
+restart_pullgate $'[registry]\ntimeout = "3s"' || fail "restart pullgate with a 3 s registry timeout"
+EVM=$WORK/evil-manifest.json
+EVD=sha256:$(sha256sum "$EVM" | cut -d' ' -f1)
+# hostile MODE WANT [REF-SUFFIX]: runs pullgate verify (with a password) against a registry in
+# MODE; it must fail within 30 s (the bound is the timeout command's), say WANT, record no
+# grant and never print the password.
+hostile() {
+  local mode=$1 want=$2 suffix=${3:-:v1} port away out rc
+  port=$(free_port); away=$(free_port)
+  /usr/bin/python3 "$REPO/tests/evilregistry.py" --port "$port" --away-port "$away" --mode "$mode" --repo evil/app --tag v1 \
+    --manifest "$EVM" --log "$WORK/hostile-$mode.log" &
+  local rpid=$!; PIDS+=($rpid)
+  wait_for 10 curl -s -o /dev/null "http://127.0.0.1:$port/v2/"
+  out=$(timeout 30 "$PG_BIN" verify --address "$PG/api.sock" -n H6 --plain-http --user "alice:$PW_ALICE" "127.0.0.1:$port/evil/app$suffix" 2>&1); rc=$?
+  kill "$rpid" 2>/dev/null
+  if [ $rc -eq 124 ]; then fail "$mode: still running after 30 s"
+  elif [ $rc -eq 0 ]; then fail "$mode: verify succeeded: $out"
+  elif ! grep -qiF -- "$want" <<<"$out"; then fail "$mode: rc=$rc, want '$want', got: $out"
+  elif grep -qF -- "$PW_ALICE" <<<"$out"; then fail "$mode: the error message carries the password"
+  else pass "$mode: refused (exit $rc): $(head -c 160 <<<"$out")"; fi
+}
+hostile wrong-digest "digest mismatch for manifest $EVD" "@$EVD"
+hostile huge "larger than 4194304 bytes"
+hostile redirect-away "not found"
+check_out "redirect-away: the other host got the request without the Authorization header" "AWAY AUTH no" cat "$WORK/hostile-redirect-away.log"
+check "redirect-away: and never with it" bash -c "! grep -q 'AWAY AUTH yes' '$WORK/hostile-redirect-away.log'"
+hostile redirect-loop "redirects"
+hostile bad-challenge "WWW-Authenticate"
+hostile trickle "unavailable"
+check "nothing was recorded for H6 by any of them" test -z "$(pg grants -n H6 | awk 'NR>1')"
+restart_pullgate || fail "restart pullgate with the base config"
+
 log "7. two principals in one namespace; require_principal"
 check "pullgate pull -n P7 --principal pod1" pg pull -n P7 --principal pod1 --plain-http --user "bob:$PW_BOB" "$TPRIV"
 check_out "pod1 runs it" "private app" run_img P7 r1 --snapshotter-label "$PL=pod1" "$TPRIV"

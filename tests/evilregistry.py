@@ -1,12 +1,26 @@
 #!/usr/bin/python3
-"""An attacker's registry for pullgate's tests: serves one manifest (given as a file) under
+"""An attacker's (or a broken) registry for pullgate's tests.
+
+Mode "serve" (default): serves one manifest (given as a file) under
 /v2/<repo>/manifests/<tag or its digest>, answers /v2/ with 200, and 404 for every blob: the
 manifest names blobs (another tenant's private config and layers) it cannot serve.
 
+Hostile modes ask for Basic credentials first (so that the client has some to leak), then:
+  wrong-digest   serves other bytes than the digest asked for
+  huge           a manifest of 5 MiB (over pullgate's 4 MiB cap)
+  redirect-away  redirects the manifest to another host (--away-port), which logs whether an
+                 Authorization header arrived ("AWAY AUTH yes|no")
+  redirect-loop  redirects the manifest to itself, forever
+  bad-challenge  answers 401 with a malformed WWW-Authenticate challenge, whatever is sent
+  trickle        sends the manifest's headers, then one byte a second
+
   evilregistry.py --port P --repo evil/app --tag v1 --manifest FILE --log FILE
+                  [--mode MODE] [--away-port P2]
 """
-import argparse, hashlib
+import argparse, hashlib, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODES = ["serve", "wrong-digest", "huge", "redirect-away", "redirect-loop", "bad-challenge", "trickle"]
 
 
 def main():
@@ -16,6 +30,8 @@ def main():
     ap.add_argument("--tag", required=True)
     ap.add_argument("--manifest", required=True)
     ap.add_argument("--log", required=True)
+    ap.add_argument("--mode", choices=MODES, default="serve")
+    ap.add_argument("--away-port", type=int)
     a = ap.parse_args()
     body = open(a.manifest, "rb").read()
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
@@ -25,8 +41,55 @@ def main():
         def log_message(self, *args):
             pass
 
+        def reply(self, status, headers, payload, send_body):
+            self.send_response(status)
+            for k, v in headers:
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if send_body:
+                self.wfile.write(payload)
+
+        def hostile(self, send_body):
+            """Answers in a hostile mode; False when the request is an ordinary one."""
+            if a.mode == "bad-challenge":
+                self.reply(401, [("WWW-Authenticate", 'Bearer realm="http://[::1', )], b"", send_body)
+                return True
+            if not self.headers.get("Authorization"):
+                self.reply(401, [("WWW-Authenticate", 'Basic realm="evil"')], b"", send_body)
+                return True
+            if "/manifests/" not in self.path:
+                return False
+            if a.mode == "wrong-digest":
+                other = body + b" "
+                self.reply(200, [("Content-Type", "application/vnd.oci.image.manifest.v1+json")], other, send_body)
+            elif a.mode == "huge":
+                big = b'{"schemaVersion":2,"pad":"' + b"a" * (5 << 20) + b'"}'
+                self.reply(200, [("Content-Type", "application/vnd.oci.image.manifest.v1+json")], big, send_body)
+            elif a.mode == "redirect-away":
+                self.reply(307, [("Location", f"http://127.0.0.1:{a.away_port}{self.path}")], b"", send_body)
+            elif a.mode == "redirect-loop":
+                self.reply(307, [("Location", self.path)], b"", send_body)
+            elif a.mode == "trickle":
+                self.send_response(200)
+                self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    for i in range(len(body)):
+                        self.wfile.write(body[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(1)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+            else:
+                return False
+            return True
+
         def answer(self, send_body):
             logf.write(f"{self.command} {self.path}\n")
+            if a.mode != "serve" and self.hostile(send_body):
+                return
             if self.path == "/v2/":
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
@@ -55,6 +118,21 @@ def main():
         def do_HEAD(self):
             self.answer(False)
 
+    class Away(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            logf.write(f"AWAY AUTH {'yes' if self.headers.get('Authorization') else 'no'} {self.path}\n")
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    if a.away_port:
+        away = ThreadingHTTPServer(("127.0.0.1", a.away_port), Away)
+        threading.Thread(target=away.serve_forever, daemon=True).start()
     ThreadingHTTPServer(("127.0.0.1", a.port), H).serve_forever()
 
 

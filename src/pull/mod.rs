@@ -67,6 +67,8 @@ pub struct Puller {
     pub key: Arc<IdentityKey>,
     pub probe_anonymous: bool,
     pub hosts_dir: Option<PathBuf>,
+    /// Registry timeout ([registry] timeout; None: the registry client's default).
+    pub timeout: Option<std::time::Duration>,
     /// Set once the leases of a previous (killed) pullgate process have been deleted.
     pub stale_leases_gone: tokio::sync::OnceCell<()>,
 }
@@ -104,7 +106,7 @@ impl Puller {
                 Ok::<(), PullError>(())
             })
             .await?;
-        let opts = Options { plain_http: req.plain_http, hosts_dir: req.hosts_dir.as_deref().or(self.hosts_dir.as_deref()), timeout: None };
+        let opts = Options { plain_http: req.plain_http, hosts_dir: req.hosts_dir.as_deref().or(self.hosts_dir.as_deref()), timeout: self.timeout };
         let mut sess = Session::new(&req.reference, req.cred.clone(), &opts)?;
         let resolved = sess.resolve(&req.reference, &req.platform).await?;
         let mut cd = Containerd::connect(&self.containerd, &req.namespace).await?;
