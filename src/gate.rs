@@ -87,37 +87,60 @@ pub struct Gate {
 /// (and whether its origin had served them when the grant was written).
 struct GrantView {
     entries: Vec<ledger::GrantEntry>,
-    /// Per grant: whether a grant written before grants carried their layers had its
-    /// manifest's layers read into it already.
-    legacy_loaded: Vec<bool>,
+    /// Per grant without raw layers (written before grants carried them, or a manifest with a
+    /// diffID that is not sha256): its manifest's diffIDs, read on first use.
+    manifest_layers: Vec<Option<Vec<String>>>,
+}
+
+/// A layer as the grants compare it: the diffID and its raw sha256, when it has one.
+struct LayerId<'a> {
+    diff_id: &'a str,
+    raw: Option<[u8; 32]>,
+}
+
+impl<'a> LayerId<'a> {
+    fn new(diff_id: &'a str) -> LayerId<'a> {
+        LayerId { diff_id, raw: ledger::sha256_bytes(diff_id) }
+    }
 }
 
 impl GrantView {
     fn load(tx: &impl LedgerRead, ns: &str) -> Result<GrantView, StoreError> {
         let entries = ledger::grants(tx, Some(ns))?;
-        Ok(GrantView { legacy_loaded: vec![false; entries.len()], entries })
+        Ok(GrantView { manifest_layers: vec![None; entries.len()], entries })
     }
 
     /// Whether the manifest of grant `i` contains layer `d`: None if not, else whether the
     /// grant's origin was known to have served it when the grant was written. A linear
     /// search: a manifest has tens of layers, and a hash index per decision costs more.
-    fn covers(&mut self, tx: &impl LedgerRead, i: usize, d: &str) -> Result<Option<bool>, StoreError> {
-        let g = &mut self.entries[i];
-        if g.grant.layers.is_empty() && !self.legacy_loaded[i] {
-            // A grant written before grants carried their layers: read the manifest.
-            let ids = ledger::manifest(tx, &g.manifest)?.map(|r| r.diff_ids).unwrap_or_default();
-            g.grant.layers = ids.into_iter().map(|d| (d, false)).collect();
-            self.legacy_loaded[i] = true;
+    fn covers(&mut self, tx: &impl LedgerRead, i: usize, d: &LayerId) -> Result<Option<bool>, StoreError> {
+        let g = &self.entries[i].grant;
+        if !g.layers.is_empty() {
+            let pos = d.raw.and_then(|r| g.layers.iter().position(|l| *l == r));
+            return Ok(pos.map(|p| g.served.get(p).copied().unwrap_or(false)));
         }
-        Ok(g.grant.layers.iter().find(|(gd, _)| gd == d).map(|(_, served)| *served))
+        if self.manifest_layers[i].is_none() {
+            let ids = ledger::manifest(tx, &self.entries[i].manifest)?.map(|r| r.diff_ids).unwrap_or_default();
+            self.manifest_layers[i] = Some(ids);
+        }
+        Ok(self.manifest_layers[i].as_ref().and_then(|ids| ids.iter().any(|x| x == d.diff_id).then_some(false)))
+    }
+
+    /// Whether grant `i` covers `d` from what it recorded alone (no ledger read).
+    fn covers_served(&self, i: usize, d: &LayerId) -> bool {
+        let g = &self.entries[i].grant;
+        d.raw.and_then(|r| g.layers.iter().position(|l| *l == r)).is_some_and(|p| g.served.get(p).copied().unwrap_or(false))
     }
 
     /// Whether a grant for which `counts` holds lists `layers` as its first layers, each
     /// already served by its origin when the grant was written.
-    fn covers_prefix(&self, layers: &[&str], counts: impl Fn(&ledger::GrantEntry) -> bool) -> bool {
+    fn covers_prefix(&self, layers: &[LayerId], counts: impl Fn(&ledger::GrantEntry) -> bool) -> bool {
         self.entries.iter().any(|g| {
-            let gl = &g.grant.layers;
-            gl.len() >= layers.len() && layers.iter().zip(gl).all(|(d, (gd, served))| *served && d == gd) && counts(g)
+            let (gl, served) = (&g.grant.layers, &g.grant.served);
+            gl.len() >= layers.len()
+                && served.len() >= layers.len()
+                && layers.iter().zip(gl.iter().zip(served)).all(|(d, (l, s))| *s && d.raw.as_ref() == Some(l))
+                && counts(g)
         })
     }
 }
@@ -187,14 +210,14 @@ impl Gate {
         if self.cfg.policy == Policy::NeverVerify {
             return Ok(());
         }
-        let layers: Vec<&str> = chain.diff_ids.iter().map(String::as_str).chain(extra).collect();
+        let layers: Vec<LayerId> = chain.diff_ids.iter().map(String::as_str).chain(extra).map(LayerId::new).collect();
         let now = now_nanos();
         // The common case, decided from the grants alone: one grant's manifest starts with
         // these layers, and its origin had served every one of them when it was written.
         if grants.covers_prefix(&layers, |g| self.grant_counts(s, g, per_principal, now)) {
             return Ok(());
         }
-        for d in layers {
+        for d in &layers {
             self.check_layer(tx, s, d, per_principal, grants, now)?;
         }
         Ok(())
@@ -241,7 +264,12 @@ impl Gate {
         ledger::protected_layer_for_chain(tx, &parent.chain_id, target)
     }
 
-    fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, d: &str, per_principal: bool, grants: &mut GrantView, now: i64) -> Result<(), GateError> {
+    fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, id: &LayerId, per_principal: bool, grants: &mut GrantView, now: i64) -> Result<(), GateError> {
+        // A grant that recorded this layer as served allows it whatever its record says.
+        if (0..grants.entries.len()).any(|i| grants.covers_served(i, id) && self.grant_counts(s, &grants.entries[i], per_principal, now)) {
+            return Ok(());
+        }
+        let d = id.diff_id;
         let Some(layer) = ledger::layer(tx, d)? else {
             return self.check_unknown(s, d);
         };
@@ -258,7 +286,7 @@ impl Gate {
             let principal_ok = self.principal_ok(s, &grants.entries[i], per_principal);
             // Cheapest test first: the principal, then manifest membership, then whether the
             // grant's origin served one of the layer's blobs (known at grant time, or asked now).
-            let served = match if principal_ok { grants.covers(tx, i, d)? } else { None } {
+            let served = match if principal_ok { grants.covers(tx, i, id)? } else { None } {
                 None => false,
                 Some(true) => true,
                 Some(false) => ledger::layer_served_by(tx, &layer, &grants.entries[i].origin)?,
@@ -487,7 +515,7 @@ mod tests {
         // A grant stored without its layers (written before grants carried them) reads the manifest.
         s.write(|tx| {
             let k = crate::metastore::key(&["old", "", ORIGIN, &d('m')]);
-            tx.put_val(crate::metastore::Collection::Grants, &k, &ledger::Grant { identity: "hmac-sha256:x".into(), verified_at: 1 << 62, layers: vec![] })
+            tx.put_val(crate::metastore::Collection::Grants, &k, &ledger::Grant { identity: "hmac-sha256:x".into(), verified_at: 1 << 62, layers: vec![], served: vec![] })
         })
         .unwrap();
         s.read(|tx| -> Result<(), StoreError> {

@@ -54,14 +54,25 @@ pub struct ChainRec {
 pub struct Grant {
     pub identity: String,
     pub verified_at: i64,
-    /// The granted manifest's layers (diffIDs), copied when the grant is written so that a
-    /// decision reads one namespace's grants and nothing else per grant: a manifest's layers
-    /// never change. Each comes with whether the grant's origin had already served one of the
-    /// layer's blobs then; origins only ever gain blobs, so `true` stays true and `false` is
-    /// checked again in the ledger. Empty in grants written before this field existed: the
-    /// gate then reads the manifest.
+    /// The granted manifest's layers (diffIDs, as raw sha256), copied when the grant is
+    /// written so that a decision reads one namespace's grants and nothing else per grant: a
+    /// manifest's layers never change. Raw bytes keep a grant's decoding to a few allocations.
+    /// Empty in grants written before this field existed, and when a diffID is not sha256:
+    /// the gate then reads the manifest.
     #[serde(default)]
-    pub layers: Vec<(String, bool)>,
+    pub layers: Vec<[u8; 32]>,
+    /// For each of `layers`: whether the grant's origin had already served one of the layer's
+    /// blobs when the grant was written. Origins only ever gain blobs, so `true` stays true;
+    /// `false` is checked again in the ledger.
+    #[serde(default)]
+    pub served: Vec<bool>,
+}
+
+/// The 32 bytes of a `sha256:<64 hex>` digest; None for any other form.
+pub fn sha256_bytes(digest: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(digest.strip_prefix("sha256:")?, &mut out).ok()?;
+    Some(out)
 }
 
 /// A grant with its key parts.
@@ -138,11 +149,7 @@ pub fn protected_layer_for_chain(tx: &impl LedgerRead, parent: &str, target: &st
         // A base layer's chainID is its diffID.
         return Ok(if tx.get_val::<()>(Collection::Protected, target)?.is_some() { Some(target.to_string()) } else { None });
     }
-    let mut want = [0u8; 32];
-    let Some(hex_part) = target.strip_prefix("sha256:") else { return Ok(None) };
-    if hex::decode_to_slice(hex_part, &mut want).is_err() {
-        return Ok(None);
-    }
+    let Some(want) = sha256_bytes(target) else { return Ok(None) };
     let mut prefix = Sha256::new();
     prefix.update(parent.as_bytes());
     prefix.update(b" ");
@@ -226,15 +233,17 @@ pub fn layer_served_by(tx: &impl LedgerRead, layer: &LayerRec, origin: &str) -> 
 /// as `identity` at `verified_at`, replacing an older grant for the same key.
 pub fn put_grant(tx: &mut WriteTx, ns: &str, principal: &str, origin: &str, manifest: &str, identity: &str, verified_at: i64) -> Result<(), StoreError> {
     let diff_ids = self::manifest(tx, manifest)?.map(|m| m.diff_ids).unwrap_or_default();
-    let mut layers = Vec::with_capacity(diff_ids.len());
-    for d in diff_ids {
-        let served = match layer(tx, &d)? {
-            Some(l) => layer_served_by(tx, &l, origin)?,
-            None => false,
-        };
-        layers.push((d, served));
+    let raw: Option<Vec<[u8; 32]>> = diff_ids.iter().map(|d| sha256_bytes(d)).collect();
+    let mut g = Grant { identity: identity.to_string(), verified_at, layers: vec![], served: vec![] };
+    if let Some(raw) = raw {
+        for d in &diff_ids {
+            g.served.push(match layer(tx, d)? {
+                Some(l) => layer_served_by(tx, &l, origin)?,
+                None => false,
+            });
+        }
+        g.layers = raw;
     }
-    let g = Grant { identity: identity.to_string(), verified_at, layers };
     tx.put_val(Collection::Grants, &key(&[ns, principal, origin, manifest]), &g)
 }
 
