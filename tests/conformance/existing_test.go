@@ -42,6 +42,7 @@ var (
 
 const afterCrash = "after-crash-"
 
+// dial connects exactly as containerd dials a proxy plugin (services/server/server.go).
 func dial(t *testing.T, sock string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.Dial(dialer.DialAddress(sock), grpc.WithInsecure(), grpc.WithContextDialer(dialer.ContextDialer))

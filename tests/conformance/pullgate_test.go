@@ -32,7 +32,6 @@ import (
 	"github.com/containerd/containerd/metadata"
 	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/namespaces"
-	"github.com/containerd/containerd/pkg/dialer"
 	"github.com/containerd/containerd/snapshots"
 	"github.com/containerd/containerd/snapshots/proxy"
 	"github.com/containerd/containerd/snapshots/testsuite"
@@ -87,11 +86,7 @@ func startDaemon(t *testing.T, dir string) *daemon {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Dial exactly as containerd dials a proxy plugin (services/server/server.go).
-	d.conn, err = grpc.Dial(dialer.DialAddress(d.sock), grpc.WithInsecure(), grpc.WithContextDialer(dialer.ContextDialer))
-	if err != nil {
-		t.Fatal(err)
-	}
+	d.conn = dial(t, d.sock)
 	return d
 }
 
