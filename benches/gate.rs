@@ -7,6 +7,14 @@ fn env(name: &str, default: usize) -> usize {
 }
 
 fn main() {
+    match pullgate::benchkit::startup_probe() {
+        Ok(true) => return,
+        Ok(false) => {}
+        Err(e) => {
+            eprintln!("start-up probe failed: {e}");
+            std::process::exit(1);
+        }
+    }
     let p = pullgate::benchkit::Params {
         manifests: env("PULLGATE_BENCH_MANIFESTS", 10_000),
         layers_per_manifest: 10,
