@@ -12,6 +12,14 @@ use std::path::Path;
 const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots");
 /// (parent key, child key) for every snapshot that has a parent.
 const CHILDREN: TableDefinition<(&str, &str), ()> = TableDefinition::new("children");
+/// (`containerd.io/snapshot.ref` label value, key) for every snapshot carrying that label: the
+/// lookups of an unpack's adoption and of containerd's `labels."containerd.io/snapshot.ref"==X`
+/// filter, without reading every record.
+const SNAPSHOT_REFS: TableDefinition<(&str, &str), ()> = TableDefinition::new("snapshot_refs");
+/// The label [`SNAPSHOT_REFS`] indexes.
+pub const SNAPSHOT_REF_LABEL: &str = "containerd.io/snapshot.ref";
+/// Marker (in COUNTERS) that SNAPSHOT_REFS holds every record written before it existed.
+const SNAPSHOT_REFS_BUILT: &str = "snapshot_refs_index";
 /// Named counters ("next_id", markers of one-time upgrades).
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
@@ -134,11 +142,24 @@ impl MetaStore {
         txn.open_table(SNAPSHOTS)?;
         txn.open_table(CHILDREN)?;
         txn.open_table(COUNTERS)?;
+        txn.open_table(SNAPSHOT_REFS)?;
         for c in Collection::ALL {
             txn.open_table(c.def())?;
         }
         txn.commit()?;
-        Ok(MetaStore { db })
+        let store = MetaStore { db };
+        store.write(|tx| -> Result<(), StoreError> {
+            if tx.counter(SNAPSHOT_REFS_BUILT)? == 0 {
+                for (k, r) in scan_in::<Record, _>(&tx.0.open_table(SNAPSHOTS)?, "")? {
+                    if let Some(t) = r.labels.get(SNAPSHOT_REF_LABEL) {
+                        tx.0.open_table(SNAPSHOT_REFS)?.insert((t.as_str(), k.as_str()), ())?;
+                    }
+                }
+                tx.set_counter(SNAPSHOT_REFS_BUILT, 1)?;
+            }
+            Ok(())
+        })?;
+        Ok(store)
     }
 
     pub fn read<T, E: From<StoreError>>(&self, f: impl FnOnce(&ReadTx) -> Result<T, E>) -> Result<T, E> {
@@ -279,6 +300,25 @@ impl ReadTx {
     pub fn all(&self) -> Result<Vec<(String, Record)>, StoreError> {
         scan_in(&self.0.open_table(SNAPSHOTS)?, "")
     }
+
+    /// The snapshots whose `containerd.io/snapshot.ref` label is `target`.
+    pub fn with_ref(&self, target: &str) -> Result<Vec<(String, Record)>, StoreError> {
+        let refs = self.0.open_table(SNAPSHOT_REFS)?;
+        let snaps = self.0.open_table(SNAPSHOTS)?;
+        let mut out = Vec::new();
+        for item in refs.range((target, "")..)? {
+            let (k, _) = item?;
+            let (t, key) = k.value();
+            if t != target {
+                break;
+            }
+            match get_val_in::<Record, _>(&snaps, key)? {
+                Some(r) => out.push((key.to_string(), r)),
+                None => return Err(StoreError::Corrupt { key: key.to_string(), reason: "indexed by its snapshot.ref label but missing".into() }),
+            }
+        }
+        Ok(out)
+    }
 }
 
 impl WriteTx {
@@ -307,17 +347,25 @@ impl WriteTx {
         Ok(next)
     }
 
-    /// Inserts or replaces `key`, keeping the parent→child index in step.
+    /// Inserts or replaces `key`, keeping the parent→child and snapshot.ref indexes in step.
     pub fn put(&mut self, key: &str, rec: &Record) -> Result<(), StoreError> {
         let old = self.get(key)?;
         let mut children = self.0.open_table(CHILDREN)?;
-        if let Some(old) = old.filter(|o| !o.parent.is_empty() && o.parent != rec.parent) {
+        if let Some(old) = old.as_ref().filter(|o| !o.parent.is_empty() && o.parent != rec.parent) {
             children.remove((old.parent.as_str(), key))?;
         }
         if !rec.parent.is_empty() {
             children.insert((rec.parent.as_str(), key), ())?;
         }
         drop(children);
+        let mut refs = self.0.open_table(SNAPSHOT_REFS)?;
+        if let Some(t) = old.as_ref().and_then(|o| o.labels.get(SNAPSHOT_REF_LABEL)) {
+            refs.remove((t.as_str(), key))?;
+        }
+        if let Some(t) = rec.labels.get(SNAPSHOT_REF_LABEL) {
+            refs.insert((t.as_str(), key), ())?;
+        }
+        drop(refs);
         self.0.open_table(SNAPSHOTS)?.insert(key, encode(key, rec)?.as_slice())?;
         Ok(())
     }
@@ -327,6 +375,9 @@ impl WriteTx {
         if let Some(old) = &old {
             if !old.parent.is_empty() {
                 self.0.open_table(CHILDREN)?.remove((old.parent.as_str(), key))?;
+            }
+            if let Some(t) = old.labels.get(SNAPSHOT_REF_LABEL) {
+                self.0.open_table(SNAPSHOT_REFS)?.remove((t.as_str(), key))?;
             }
             self.0.open_table(SNAPSHOTS)?.remove(key)?;
         }
@@ -389,6 +440,26 @@ mod tests {
             Ok(())
         })
         .unwrap();
+    }
+
+    #[test]
+    fn snapshot_ref_index_is_built_for_an_older_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.redb");
+        let mut r = rec(1, "");
+        r.labels.insert(SNAPSHOT_REF_LABEL.into(), "sha256:t".into());
+        {
+            let s = MetaStore::open(&p).unwrap();
+            s.write(|tx| tx.put("k", &r)).unwrap();
+            // As a database written before the index existed: no rows, no marker.
+            let txn = s.db.begin_write().unwrap();
+            txn.open_table(SNAPSHOT_REFS).unwrap().remove(("sha256:t", "k")).unwrap();
+            txn.open_table(COUNTERS).unwrap().remove(SNAPSHOT_REFS_BUILT).unwrap();
+            txn.commit().unwrap();
+            assert!(s.read(|tx| tx.with_ref("sha256:t")).unwrap().is_empty());
+        }
+        let s = MetaStore::open(&p).unwrap();
+        assert_eq!(s.read(|tx| tx.with_ref("sha256:t")).unwrap(), vec![("k".to_string(), r)]);
     }
 
     #[test]

@@ -54,6 +54,17 @@ impl Filter {
     }
 }
 
+impl Filter {
+    /// The value this filter requires by equality for a field path `is_field` accepts, if it
+    /// has such a selector: every match has that value, so a caller may look candidates up by it.
+    pub fn required_eq(&self, is_field: impl Fn(&[String]) -> bool) -> Option<&str> {
+        self.0.iter().find_map(|s| match &s.op {
+            Op::Eq(v) if is_field(&s.path) => Some(v.as_str()),
+            _ => None,
+        })
+    }
+}
+
 /// Parses every filter of a request; an empty list matches everything.
 pub fn parse_all(filters: &[String]) -> Result<Vec<Filter>, FilterError> {
     filters.iter().filter(|f| !f.trim().is_empty()).map(|f| Filter::parse(f)).collect()

@@ -29,7 +29,7 @@ pub const MAX_KEY_SIZE: usize = 4096;
 /// The label through which a client names the principal (pod) inside a namespace.
 pub const PRINCIPAL_LABEL: &str = "containerd.io/snapshot/pullgate.principal";
 /// The label containerd's unpacker sets to the target chainID of an extract.
-pub const SNAPSHOT_REF_LABEL: &str = "containerd.io/snapshot.ref";
+pub const SNAPSHOT_REF_LABEL: &str = crate::metastore::SNAPSHOT_REF_LABEL;
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -329,11 +329,7 @@ impl Snapshotter {
 
     /// A committed snapshot carrying `containerd.io/snapshot.ref` = `target` on `parent`.
     fn find_committed(tx: &crate::metastore::ReadTx, target: &str, parent: &str) -> Result<Option<String>> {
-        Ok(tx
-            .all()?
-            .into_iter()
-            .find(|(_, r)| r.kind == Kind::Committed && r.parent == parent && r.labels.get(SNAPSHOT_REF_LABEL).map(String::as_str) == Some(target))
-            .map(|(k, _)| k))
+        Ok(tx.with_ref(target)?.into_iter().find(|(_, r)| r.kind == Kind::Committed && r.parent == parent).map(|(k, _)| k))
     }
 
     pub fn mounts(&self, key: &str) -> Result<Vec<Mount>> {
@@ -443,7 +439,21 @@ impl Snapshotter {
     /// Every snapshot matching any of `filters` (all when empty).
     pub fn walk(&self, filters: &[String]) -> Result<Vec<Info>> {
         let filters = filter::parse_all(filters)?;
-        let all = self.store.read(|tx| tx.all())?;
+        // containerd's unpacker asks by snapshot.ref label: when every filter names one, read
+        // only the snapshots carrying those values.
+        let is_ref = |p: &[String]| p.first().is_some_and(|f| f == "labels") && p[1..].join(".") == SNAPSHOT_REF_LABEL;
+        let by_ref: Option<Vec<&str>> =
+            (!filters.is_empty()).then(|| filters.iter().map(|f| f.required_eq(is_ref)).collect::<Option<Vec<_>>>()).flatten();
+        let all = self.store.read(|tx| match &by_ref {
+            Some(targets) => {
+                let mut out = Vec::new();
+                for t in targets.iter().collect::<std::collections::BTreeSet<_>>() {
+                    out.extend(tx.with_ref(t)?);
+                }
+                Ok(out)
+            }
+            None => tx.all(),
+        })?;
         Ok(all
             .iter()
             .map(|(k, r)| info_of(k, r))
@@ -540,6 +550,43 @@ mod tests {
         assert_eq!(s.cleanup().unwrap(), 1);
         assert!(snaps.join(id).join("fs/kept").exists());
         assert!(!snaps.join("rm-999").exists());
+    }
+
+    #[test]
+    fn snapshot_ref_lookups_follow_labels() {
+        let (_d, s) = snap();
+        let refl = |t: &str| Labels::from([(SNAPSHOT_REF_LABEL.to_string(), t.to_string())]);
+        let names = |f: &str| {
+            let mut v: Vec<String> = s.walk(&[f.to_string()]).unwrap().into_iter().map(|i| i.name).collect();
+            v.sort();
+            v
+        };
+        s.prepare("a", "", refl("t1"), None).unwrap();
+        s.commit("A", "a", refl("t1")).unwrap();
+        s.prepare("b", "A", refl("t2"), None).unwrap();
+        s.prepare("c", "A", refl("t2"), None).unwrap();
+        assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t1"#), vec!["A"]);
+        assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t2,parent==A"#), vec!["b", "c"]);
+        assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t2,name==c"#), vec!["c"]);
+        // OR-ed filters, one of which names no snapshot.ref, read everything.
+        let both = s.walk(&[r#"labels."containerd.io/snapshot.ref"==t1"#.into(), "name==c".into()]).unwrap();
+        assert_eq!(both.len(), 2);
+        // Relabelling and removal keep the index in step.
+        let mut i = s.stat("b").unwrap();
+        i.labels = refl("t3");
+        s.update(&i, &["labels".into()]).unwrap();
+        assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t2"#), vec!["c"]);
+        assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t3"#), vec!["b"]);
+        s.remove("c").unwrap();
+        assert!(names(r#"labels."containerd.io/snapshot.ref"==t2"#).is_empty());
+        // Adoption finds the committed one on its parent only.
+        s.store.read(|tx| -> Result<()> {
+            assert_eq!(Snapshotter::find_committed(tx, "t1", "")?, Some("A".to_string()));
+            assert_eq!(Snapshotter::find_committed(tx, "t1", "A")?, None);
+            assert_eq!(Snapshotter::find_committed(tx, "t3", "A")?, None, "active, not committed");
+            Ok(())
+        })
+        .unwrap();
     }
 
     #[test]
