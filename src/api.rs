@@ -69,7 +69,8 @@ pub fn validate_name(what: &str, s: &str, allow_empty: bool) -> Result<()> {
         return Ok(());
     }
     if s.is_empty() || s.len() > 253 || s.chars().any(|c| c.is_control() || c.is_whitespace() || c == '/') {
-        return Err(ApiError::Invalid(format!("invalid {what} {s:?}: 1-253 printable characters without whitespace or '/'")));
+        let shown = crate::reference::excerpt(s);
+        return Err(ApiError::Invalid(format!("invalid {what} {shown:?}: 1-253 printable characters without whitespace or '/'")));
     }
     Ok(())
 }

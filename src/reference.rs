@@ -36,9 +36,19 @@ pub fn is_digest(s: &str) -> bool {
     DIGEST.is_match(s)
 }
 
+/// What an error message quotes of an input: all of it when short, else its first 64
+/// characters and its length, so that a hostile input cannot make a huge message.
+pub fn excerpt(input: &str) -> String {
+    const SHOWN: usize = 64;
+    if input.chars().count() <= SHOWN {
+        return input.to_string();
+    }
+    format!("{}… ({} bytes)", input.chars().take(SHOWN).collect::<String>(), input.len())
+}
+
 impl Reference {
     pub fn parse(input: &str) -> Result<Reference, ReferenceError> {
-        let bad = |reason| Err(ReferenceError { input: input.to_string(), reason });
+        let bad = |reason| Err(ReferenceError { input: excerpt(input), reason });
         if input.is_empty() || input.len() > 512 {
             return bad("must be 1 to 512 characters");
         }

@@ -176,6 +176,11 @@ for bad_ns in "a/b" "$(printf 'tab\there')" ""; do
   check_err "namespace ${bad_ns@Q} is refused" "invalid namespace" pg verify -n "$bad_ns" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
 done
 check_err "a principal with a path separator is refused" "invalid principal" pg verify -n C6 --principal "../x" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+LONG=$(printf 'p%.0s' {1..20000})
+out=$(pg verify -n C6 --principal "$LONG" --plain-http --user "alice:$PW_ALICE" "$HPRIV" 2>&1); rc=$?
+check "a 20,000-character principal is refused with a short message (${#out} bytes)" bash -c "[ $rc -ne 0 ] && [ ${#out} -lt 400 ] && grep -q 'invalid principal' <<<'$out'"
+out=$(pg pull -n C6 --plain-http "$REG_h/private/$LONG:v1" 2>&1); rc=$?
+check "a 20,000-character reference is refused with a short message (${#out} bytes)" bash -c "[ $rc -ne 0 ] && [ ${#out} -lt 400 ] && grep -q 'invalid image reference' <<<'$out'"
 check_err "a principal label with a control character is refused by the snapshotter" "invalid principal" \
   run_img A bad1 --snapshotter-label "$PL=$(printf 'a\001b')" "$HPRIV"
 check_err "an unknown digest" "no record of" pg inspect "sha256:$(printf '0%.0s' {1..64})"
