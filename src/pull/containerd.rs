@@ -5,7 +5,7 @@
 use containerd_client::services::v1::snapshots as snap;
 use containerd_client::services::v1::{
     content_client::ContentClient, diff_client::DiffClient, images_client::ImagesClient, leases_client::LeasesClient,
-    snapshots::snapshots_client::SnapshotsClient, AbortRequest, ApplyRequest, CreateImageRequest, CreateRequest,
+    snapshots::snapshots_client::SnapshotsClient, AbortRequest, AddResourceRequest, ApplyRequest, CreateImageRequest, CreateRequest,
     DeleteRequest, Image, InfoRequest, ListContentRequest, ReadContentRequest, UpdateImageRequest, UpdateRequest, WriteAction,
     WriteContentRequest,
 };
@@ -76,6 +76,22 @@ impl Containerd {
             .await
             .map_err(err("create lease"))?;
         self.lease = Some(id);
+        Ok(())
+    }
+
+    /// Puts blobs of the namespace under this pull's lease, so that containerd's GC cannot
+    /// take one the pull found present (held, say, only by the lease of a killed pullgate that
+    /// was just deleted) before the image record references it. Blobs the namespace does not
+    /// have are held once written. Needs `begin_lease`.
+    pub async fn hold_content(&self, digests: &[&str]) -> Result<()> {
+        let Some(lease) = &self.lease else { return Ok(()) };
+        for d in digests {
+            let resource = containerd_client::services::v1::Resource { id: d.to_string(), r#type: "content".into() };
+            LeasesClient::new(self.channel.clone())
+                .add_resource(self.req(AddResourceRequest { id: lease.clone(), resource: Some(resource) }))
+                .await
+                .map_err(err(format!("hold content {d} under lease {lease}")))?;
+        }
         Ok(())
     }
 

@@ -154,6 +154,11 @@ impl Puller {
         let mut present = std::collections::HashSet::new();
         if needs_content {
             cd.begin_lease().await?;
+            // Held first, then looked for: what is found present stays present.
+            let mut held: Vec<&str> = all.iter().map(|b| b.digest.as_str()).collect();
+            held.push(&resolved.manifest.digest);
+            held.extend(resolved.index.as_ref().map(|i| i.digest.as_str()));
+            cd.hold_content(&held).await?;
             present = cd.present(&all.iter().map(|b| b.digest.as_str()).collect::<Vec<_>>()).await?;
         }
         let cd = &*cd;
