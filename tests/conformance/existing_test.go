@@ -16,22 +16,16 @@ package conformance
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	namespacesapi "github.com/containerd/containerd/api/services/namespaces/v1"
 	snapshotsapi "github.com/containerd/containerd/api/services/snapshots/v1"
-	"github.com/containerd/containerd/metadata"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/pkg/dialer"
 	"github.com/containerd/containerd/snapshots"
 	"github.com/containerd/containerd/snapshots/proxy"
-	"github.com/containerd/containerd/snapshots/testsuite"
-	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc"
 )
 
@@ -64,22 +58,7 @@ func runningBackend(t *testing.T) snapshots.Snapshotter {
 
 func TestExisting(t *testing.T) {
 	backend := runningBackend(t)
-	bdb, err := bolt.Open(filepath.Join(t.TempDir(), "meta.db"), 0600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bdb.Close()
-	db := metadata.NewDB(bdb, nil, map[string]snapshots.Snapshotter{"pullgate": backend})
-	if err := db.Init(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	var n int32
-	t.Run("suite", func(t *testing.T) {
-		testsuite.SnapshotterSuite(t, "AfterCrash", func(ctx context.Context, root string) (snapshots.Snapshotter, func() error, error) {
-			ns := fmt.Sprintf("%s%d", afterCrash, atomic.AddInt32(&n, 1))
-			return nsSnapshotter{db.Snapshotter("pullgate"), ns}, nil, nil
-		})
-	})
+	metadataSuite(t, backend, t.TempDir(), "AfterCrash", afterCrash)
 	// Remove what the suite left, children before parents, so the daemon holds only
 	// containerd's snapshots again. (containerd's GC on this scratch database would also
 	// remove containerd's own snapshots, which it does not know.)

@@ -161,26 +161,34 @@ func backendKeys(t *testing.T, sn snapshots.Snapshotter) []string {
 	return keys
 }
 
-func TestMetadata(t *testing.T) {
-	dir := t.TempDir()
-	d := startDaemon(t, dir)
-	backend := d.snapshotter()
+// metadataSuite runs containerd's suite through containerd's metadata layer (metadata.NewDB
+// over a bolt database in dir, with backend as its "pullgate" snapshotter), each subtest in a
+// namespace of its own, `<prefix><n>`. Returns the database and how many namespaces it used.
+func metadataSuite(t *testing.T, backend snapshots.Snapshotter, dir, name, prefix string) (*metadata.DB, int32) {
 	bdb, err := bolt.Open(filepath.Join(dir, "meta.db"), 0600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bdb.Close()
+	t.Cleanup(func() { bdb.Close() })
 	db := metadata.NewDB(bdb, nil, map[string]snapshots.Snapshotter{"pullgate": backend})
 	if err := db.Init(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var n int32
 	t.Run("suite", func(t *testing.T) {
-		testsuite.SnapshotterSuite(t, "PullgateMetadata", func(ctx context.Context, root string) (snapshots.Snapshotter, func() error, error) {
-			ns := fmt.Sprintf("suite-%d", atomic.AddInt32(&n, 1))
+		testsuite.SnapshotterSuite(t, name, func(ctx context.Context, root string) (snapshots.Snapshotter, func() error, error) {
+			ns := fmt.Sprintf("%s%d", prefix, atomic.AddInt32(&n, 1))
 			return nsSnapshotter{db.Snapshotter("pullgate"), ns}, nil, nil
 		})
 	})
+	return db, atomic.LoadInt32(&n)
+}
+
+func TestMetadata(t *testing.T) {
+	dir := t.TempDir()
+	d := startDaemon(t, dir)
+	backend := d.snapshotter()
+	db, n := metadataSuite(t, backend, dir, "PullgateMetadata", "suite-")
 
 	// Every backend key must be `<namespace>/<seq>/<key>` as containerd sends it.
 	before := backendKeys(t, backend)
