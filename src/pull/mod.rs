@@ -268,7 +268,14 @@ impl Puller {
         }
         for b in &all {
             if present.contains(&b.digest) {
-                cd.label_content(&b.digest, &who).await?;
+                match cd.label_content(&b.digest, &who).await {
+                    // A verify holds no lease: containerd's GC may have just taken a blob no
+                    // image referenced. The labels only describe; the grant stands.
+                    Err(e) if !needs_content && e.code == tonic::Code::NotFound => {
+                        tracing::debug!(digest = %b.digest, "blob collected before it could be labelled");
+                    }
+                    r => r?,
+                }
             }
         }
         if !full {
