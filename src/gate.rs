@@ -114,10 +114,8 @@ impl GrantView {
     /// grant's origin was known to have served it when the grant was written. A linear
     /// search: a manifest has tens of layers, and a hash index per decision costs more.
     fn covers(&mut self, tx: &impl LedgerRead, i: usize, d: &LayerId) -> Result<Option<bool>, StoreError> {
-        let g = &self.entries[i].grant;
-        if !g.layers.is_empty() {
-            let pos = d.raw.and_then(|r| g.layers.iter().position(|l| *l == r));
-            return Ok(pos.map(|p| g.served.get(p).copied().unwrap_or(false)));
+        if !self.entries[i].grant.layers.is_empty() {
+            return Ok(self.recorded(i, d));
         }
         if self.manifest_layers[i].is_none() {
             let ids = ledger::manifest(tx, &self.entries[i].manifest)?.map(|r| r.diff_ids).unwrap_or_default();
@@ -126,10 +124,12 @@ impl GrantView {
         Ok(self.manifest_layers[i].as_ref().and_then(|ids| ids.iter().any(|x| x == d.diff_id).then_some(false)))
     }
 
-    /// Whether grant `i` covers `d` from what it recorded alone (no ledger read).
-    fn covers_served(&self, i: usize, d: &LayerId) -> bool {
+    /// What grant `i` recorded of layer `d`: None if not among its layers, else whether its
+    /// origin had served it.
+    fn recorded(&self, i: usize, d: &LayerId) -> Option<bool> {
         let g = &self.entries[i].grant;
-        d.raw.and_then(|r| g.layers.iter().position(|l| *l == r)).is_some_and(|p| g.served.get(p).copied().unwrap_or(false))
+        let p = g.layers.iter().position(|l| Some(l) == d.raw.as_ref())?;
+        Some(g.served.get(p).copied().unwrap_or(false))
     }
 
     /// Whether a grant for which `counts` holds lists `layers` as its first layers, each
@@ -266,7 +266,7 @@ impl Gate {
 
     fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, id: &LayerId, per_principal: bool, grants: &mut GrantView, now: i64) -> Result<(), GateError> {
         // A grant that recorded this layer as served allows it whatever its record says.
-        if (0..grants.entries.len()).any(|i| grants.covers_served(i, id) && self.grant_counts(s, &grants.entries[i], per_principal, now)) {
+        if (0..grants.entries.len()).any(|i| grants.recorded(i, id) == Some(true) && self.grant_counts(s, &grants.entries[i], per_principal, now)) {
             return Ok(());
         }
         let d = id.diff_id;
