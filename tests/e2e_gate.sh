@@ -96,13 +96,7 @@ out=$(ctr_ -n B images import --snapshotter pullgate "$WORK/stolen.tar" 2>&1); r
 # ctr 1.6/1.7 import without unpacking by default; 2.1's transfer service unpacks, and is refused.
 if [ "$V" = 2.1 ]; then
   if [ $rc -ne 0 ] && grep -q "$DENIED \"B\"" <<<"$out"; then pass "2.1: ctr images import (which unpacks) is refused"; else fail "2.1 import: rc=$rc: $out"; fi
-  # The refused unpack had adopted the public base layers into B under its lease; once that
-  # lease is gone containerd's GC collects them. Let it finish first: containerd's unpacker
-  # trusts a chain it finds by Stat without leasing it, so a collection racing the next unpack
-  # fails that unpack with "parent snapshot does not exist" (containerd's race, not the gate's).
-  # (Deleting a lease with --sync makes containerd collect right away.)
-  ctr_ -n B leases create --id gc-now >/dev/null && ctr_ -n B leases delete --sync gc-now >/dev/null
-  wait_for 20 eval '[ "$(ctr_ -n B snapshots --snapshotter pullgate ls | awk "NR>1" | wc -l)" -eq 0 ]'
+  settle_gc B
 fi
 ctr_ -n B images import --no-unpack --snapshotter pullgate "$WORK/stolen.tar" >/dev/null 2>&1
 check "the stolen image record exists in B" bash -c "'${CTR[0]}' -a '${CTR[2]}' -n B images ls -q | grep -q stolen.example/app:v1"
@@ -110,6 +104,7 @@ out=$(run_img B b1 stolen.example/app:v1 2>&1); rc=$?
 if [ $rc -ne 0 ] && grep -q "$DENIED \"B\"" <<<"$out" && grep -q "pullgate verify -n B" <<<"$out" && grep -q "private/app" <<<"$out"; then
   pass "ctr run of the adopted image is refused, naming namespace, layer, image and the fixing command"
 else fail "attack 1 (digest adoption): rc=$rc: $out"; fi
+settle_gc B
 check_has "pullgate check says denied for B" "denied: $DENIED \"B\"" pg check -n B "$HPRIV"
 
 log "4. tenant B pulls an attacker's manifest that points at A's private blobs"

@@ -208,6 +208,16 @@ start_containerd() {
 
 ctr_() { "${CTR[@]}" "$@"; }
 
+# settle_gc NS: makes containerd collect garbage now and waits for it (deleting a lease with
+# --sync does both). Called after a refused unpack in NS: it had adopted layers into NS under
+# its lease, and containerd's unpacker trusts a chain it finds by Stat without leasing it, so a
+# collection racing the next unpack in NS fails that unpack with "parent snapshot does not
+# exist" (containerd's race, not the gate's; seen once in CI under 2.1).
+settle_gc() {
+  local ns=$1 id="settle-$RANDOM$RANDOM"
+  ctr_ -n "$ns" leases create --id "$id" >/dev/null && ctr_ -n "$ns" leases delete --sync "$id" >/dev/null
+}
+
 summary() {
   printf '\n%s: %d passed, %d failed\n' "${1:-e2e}" "$PASSES" "$FAILS"
   [ "$FAILS" -eq 0 ]
