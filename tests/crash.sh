@@ -86,7 +86,7 @@ for entry in "${POINTS[@]}"; do
   if [[ "$(pg check -n thief "$IMG" 2>&1)" != denied:* ]]; then ok=0; echo "    $point: the thief became allowed"; fi
   if [ "$op" = pull ] || [ "$op" = verify ]; then
     # The interrupted work completes, and the image runs.
-    pg pull -n "$ns" --plain-http --user "alice:$PW" "$img" >/dev/null 2>&1 || { ok=0; echo "    $point: pull after the crash failed"; }
+    out=$(pg pull -n "$ns" --plain-http --user "alice:$PW" "$img" 2>&1) || { ok=0; echo "    $point: pull after the crash failed: ${out:0:300}"; }
     out=$(ctr_ -n "$ns" run --rm --snapshotter pullgate "$img" "cp$n" 2>&1) || { ok=0; echo "    $point: run after the crash failed: ${out:0:200}"; }
   fi
 done
@@ -146,7 +146,7 @@ for ns in n0 n1 n2 n3 n4 n5 n-ctrd; do
   ng=$(pg grants -n "$ns" | awk 'NR>1' | wc -l); dec=$(pg check -n "$ns" "$IMG")
   if { [ "$ng" -gt 0 ] && [ "$dec" != allowed ]; } || { [ "$ng" -eq 0 ] && [ "${dec#denied}" = "$dec" ]; }; then ok=0; echo "    $ns: $ng grants, check: $dec"; fi
   # Finish the interrupted work; the image must then run.
-  if ! pg pull -n "$ns" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1; then ok=0; echo "    $ns: pull after the crashes failed"; fi
+  if ! out=$(pg pull -n "$ns" --plain-http --user "alice:$PW" "$IMG" 2>&1); then ok=0; echo "    $ns: pull after the crashes failed: ${out:0:300}"; fi
   out=$(ctr_ -n "$ns" run --rm --snapshotter pullgate "$IMG" "final-$ns" 2>&1) || { ok=0; echo "    $ns: run failed: ${out:0:200}"; }
 done
 check "every namespace's decision matched its grants, and every image pulls and runs afterwards (seed $SEED)" test "$ok" -eq 1

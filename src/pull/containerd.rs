@@ -84,13 +84,24 @@ impl Containerd {
     /// was just deleted) before the image record references it. Blobs the namespace does not
     /// have are held once written. Needs `begin_lease`.
     pub async fn hold_content(&self, digests: &[&str]) -> Result<()> {
+        self.hold("content", digests).await
+    }
+
+    /// Puts a snapshot of the namespace under this pull's lease, for the same reason: an unpack
+    /// that finds a layer's chain already there builds on it, and GC must not take it meanwhile
+    /// (as it would a chain a killed pull left, once that pull's lease is gone).
+    pub async fn hold_snapshot(&self, snapshotter: &str, key: &str) -> Result<()> {
+        self.hold(&format!("snapshots/{snapshotter}"), &[key]).await
+    }
+
+    async fn hold(&self, kind: &str, ids: &[&str]) -> Result<()> {
         let Some(lease) = &self.lease else { return Ok(()) };
-        for d in digests {
-            let resource = containerd_client::services::v1::Resource { id: d.to_string(), r#type: "content".into() };
+        for id in ids {
+            let resource = containerd_client::services::v1::Resource { id: id.to_string(), r#type: kind.to_string() };
             LeasesClient::new(self.channel.clone())
                 .add_resource(self.req(AddResourceRequest { id: lease.clone(), resource: Some(resource) }))
                 .await
-                .map_err(err(format!("hold content {d} under lease {lease}")))?;
+                .map_err(err(format!("hold {kind} {id} under lease {lease}")))?;
         }
         Ok(())
     }

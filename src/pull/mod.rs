@@ -312,6 +312,8 @@ impl Puller {
         let sn = &self.snapshotter_name;
         for (i, b) in layers.iter().enumerate() {
             let chain = &chains[i];
+            // Held first, then looked for: a chain found here stays until the image holds it.
+            cd.hold_snapshot(sn, chain).await?;
             if cd.snapshot_exists(sn, chain).await? {
                 continue;
             }
