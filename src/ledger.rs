@@ -173,14 +173,12 @@ fn index_protected(tx: &mut WriteTx, diff_id: &str, public: bool) -> Result<(), 
 /// One-time upgrades of a ledger written by an earlier version: builds the protected-layer
 /// index. Runs in the caller's write transaction; does nothing once done.
 pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
-    const PROTECTED_INDEX: &str = "ledger_protected_index";
-    if tx.counter(PROTECTED_INDEX)? == 0 {
+    tx.once("ledger_protected_index", |tx| {
         for (d, l) in tx.scan::<LayerRec>(Collection::Layers, "")? {
             index_protected(tx, &d, l.public)?;
         }
-        tx.set_counter(PROTECTED_INDEX, 1)?;
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// Records a manifest whose blobs' origins are already recorded: its layers, chains, and

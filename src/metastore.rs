@@ -148,16 +148,15 @@ impl MetaStore {
         }
         txn.commit()?;
         let store = MetaStore { db };
-        store.write(|tx| -> Result<(), StoreError> {
-            if tx.counter(SNAPSHOT_REFS_BUILT)? == 0 {
+        store.write(|tx| {
+            tx.once(SNAPSHOT_REFS_BUILT, |tx| {
                 for (k, r) in scan_in::<Record, _>(&tx.0.open_table(SNAPSHOTS)?, "")? {
                     if let Some(t) = r.labels.get(SNAPSHOT_REF_LABEL) {
                         tx.0.open_table(SNAPSHOT_REFS)?.insert((t.as_str(), k.as_str()), ())?;
                     }
                 }
-                tx.set_counter(SNAPSHOT_REFS_BUILT, 1)?;
-            }
-            Ok(())
+                Ok(())
+            })
         })?;
         Ok(store)
     }
@@ -337,6 +336,16 @@ impl WriteTx {
 
     pub fn set_counter(&mut self, name: &str, v: u64) -> Result<(), StoreError> {
         self.0.open_table(COUNTERS)?.insert(name, v)?;
+        Ok(())
+    }
+
+    /// Runs a one-time upgrade `f` (building an index an older database lacks) unless the
+    /// counter `marker` says it ran, then sets it; all in this transaction.
+    pub fn once(&mut self, marker: &str, f: impl FnOnce(&mut WriteTx) -> Result<(), StoreError>) -> Result<(), StoreError> {
+        if self.counter(marker)? == 0 {
+            f(self)?;
+            self.set_counter(marker, 1)?;
+        }
         Ok(())
     }
 

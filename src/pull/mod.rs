@@ -151,15 +151,16 @@ impl Puller {
         }
         // A verify of a manifest whose blobs this origin all served before touches no content.
         let needs_content = full || known.is_none() || served.iter().any(|s| !s);
+        let digests: Vec<&str> = all.iter().map(|b| b.digest.as_str()).collect();
         let mut present = std::collections::HashSet::new();
         if needs_content {
             cd.begin_lease().await?;
             // Held first, then looked for: what is found present stays present.
-            let mut held: Vec<&str> = all.iter().map(|b| b.digest.as_str()).collect();
+            let mut held = digests.clone();
             held.push(&resolved.manifest.digest);
             held.extend(resolved.index.as_ref().map(|i| i.digest.as_str()));
             cd.hold_content(&held).await?;
-            present = cd.present(&all.iter().map(|b| b.digest.as_str()).collect::<Vec<_>>()).await?;
+            present = cd.present(&digests).await?;
         }
         let cd = &*cd;
         let mut newly_served = Vec::new();
@@ -264,7 +265,7 @@ impl Puller {
         // 5. Labels in the namespace's content store: where the blobs came from, and for whom.
         let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{origin}"), short(&identity))]);
         if !needs_content {
-            present = cd.present(&all.iter().map(|b| b.digest.as_str()).collect::<Vec<_>>()).await?;
+            present = cd.present(&digests).await?;
         }
         for b in &all {
             if present.contains(&b.digest) {

@@ -52,9 +52,7 @@ impl Filter {
             }
         })
     }
-}
 
-impl Filter {
     /// The value this filter requires by equality for a field path `is_field` accepts, if it
     /// has such a selector: every match has that value, so a caller may look candidates up by it.
     pub fn required_eq(&self, is_field: impl Fn(&[String]) -> bool) -> Option<&str> {
