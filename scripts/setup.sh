@@ -22,13 +22,23 @@ fi
 # Debian starts its own containerd service; the tests run their own instances.
 if systemctl is-active --quiet containerd 2>/dev/null; then systemctl stop containerd || true; fi
 
+# The Debian mirror this machine's apt already uses (the first `URIs:` of a deb822 .sources
+# file, else the first `deb` line of sources.list), so the extra suites come from the same place.
+debian_mirror() {
+  local m
+  m=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -v security | head -n1)
+  [ -n "$m" ] || m=$(awk '$1 == "deb" && $0 !~ /security/ {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' /etc/apt/sources.list 2>/dev/null | head -n1)
+  [ -n "$m" ] || { echo "setup: no Debian mirror found in /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list" >&2; return 1; }
+  echo "$m"
+}
+
 # containerd 1.7 (trixie) and 2.1 (sid): static binaries from the .deb, bookworm's runc kept.
 fetch_containerd() { # suite dir
   local suite=$1 dir=$DEPS/containerd-$1
   [ -x "$dir/usr/bin/containerd" ] && return 0
   local apt=$DEPS/apt-$suite
   mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$dir"
-  echo "deb http://deb.debian.org/debian $suite main" > "$apt/sources.list"
+  echo "deb $(debian_mirror) $suite main" > "$apt/sources.list"
   local opts=("${APT_OPTS[@]}" -oDir::Etc::SourceList="$apt/sources.list" -oDir::Etc::SourceParts=/dev/null
               -oDir::State::Lists="$apt/lists" -oDir::Cache="$apt/cache" -oAPT::Get::List-Cleanup=0)
   apt-get "${opts[@]}" update -q
