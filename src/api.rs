@@ -52,7 +52,11 @@ impl From<ApiError> for Status {
                     RegistryError::Config(_) => Code::InvalidArgument,
                 },
                 PullError::Containerd(c) => c.code,
-                PullError::Ledger(_) => Code::Internal,
+                PullError::Ledger(_) | PullError::Rule(crate::ledger::LedgerError::Store(_)) => Code::Internal,
+                // A write the ledger refused as resting on a claim, an image whose config lies
+                // about its layers: refused, like a denial.
+                PullError::Rule(_) | PullError::ForgedLayer { .. } => Code::PermissionDenied,
+                PullError::Layer(_) => Code::DataLoss,
                 PullError::BadImage { .. } => Code::InvalidArgument,
             },
         };
@@ -101,6 +105,19 @@ impl Api {
         Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, hosts_dir, platform })
     }
 
+    /// Every origin a grant for `r` may be recorded under: origins name the endpoint that
+    /// answered (https by the registry's name, plain http with its scheme, or wherever the
+    /// daemon's hosts.toml sends the name). Revoking by reference takes them all.
+    fn origins_of(&self, r: &Reference) -> Vec<String> {
+        let mut out = vec![r.origin(), format!("http://{}", r.origin())];
+        if let Ok(ep) = crate::registry::hosts::endpoint(&r.host, self.puller.hosts_dir.as_deref(), false) {
+            out.push(format!("{}/{}", ep.base.strip_prefix("https://").unwrap_or(&ep.base), r.repo));
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     fn pull_response(o: pull::Outcome) -> proto::PullResponse {
         proto::PullResponse {
             manifest: o.manifest,
@@ -124,14 +141,14 @@ impl Api {
                 None => ledger::manifests_named(tx, &reference.image_name())?,
             };
             let chains: Vec<ChainInfo> = if found.is_empty() {
-                vec![ChainInfo { chain_id: String::new(), diff_ids: vec![], unknown_layers: 1 }]
+                vec![ChainInfo { unknown_layers: 1, ..Default::default() }]
             } else {
                 found
                     .into_iter()
                     .map(|(_, m)| ChainInfo {
                         chain_id: ledger::chain_ids(&m.diff_ids).last().cloned().unwrap_or_default(),
                         diff_ids: m.diff_ids,
-                        unknown_layers: 0,
+                        ..Default::default()
                     })
                     .collect()
             };
@@ -265,13 +282,14 @@ impl Pullgate for Api {
         let r = req.into_inner();
         validate_name("namespace", &r.namespace, false)?;
         validate_name("principal", &r.principal, true)?;
-        let origin = if r.reference.is_empty() { None } else { Some(Reference::parse(&r.reference).map_err(ApiError::from)?.origin()) };
+        let origins = if r.reference.is_empty() { None } else { Some(self.origins_of(&Reference::parse(&r.reference).map_err(ApiError::from)?)) };
         let principal = if r.all_principals { None } else { Some(r.principal.as_str()) };
+        let origin = origins.as_ref().map(|o| o.join(" "));
         let n = self
             .puller
             .snap
             .store()
-            .write(|tx| ledger::revoke(tx, &r.namespace, principal, origin.as_deref()))
+            .write(|tx| ledger::revoke(tx, &r.namespace, principal, origins.as_deref()))
             .map_err(ApiError::from)?;
         tracing::info!(namespace = %r.namespace, principal = ?principal, origin = ?origin, revoked = n, "grants revoked");
         Ok(Response::new(proto::RevokeResponse { revoked: n as u32 }))

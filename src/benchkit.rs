@@ -49,7 +49,7 @@ pub fn startup_probe() -> Result<bool, Box<dyn std::error::Error>> {
     let store = snap.store();
     for i in 0..1000 {
         let rec = store.read(|tx| ledger::manifest(tx, &digest("manifest", i)))?.ok_or("manifest missing")?;
-        let chain = ChainInfo { chain_id: String::new(), diff_ids: rec.diff_ids, unknown_layers: 0 };
+        let chain = ChainInfo { chain_id: String::new(), diff_ids: rec.diff_ids, ..Default::default() };
         let ns = format!("ns-{i}");
         let _ = store.read(|tx| Ok::<_, StoreError>(gate.use_chain(tx, &Subject { namespace: &ns, principal: "" }, &chain)))?;
     }
@@ -68,14 +68,21 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
         let origin = "registry.example.com:5000/team/app";
         let mut blob_count = 0;
         for chunk in (0..p.manifests).collect::<Vec<_>>().chunks(500) {
-            store.write(|tx| -> Result<(), StoreError> {
+            store.write(|tx| -> Result<(), ledger::LedgerError> {
                 for &m in chunk {
                     let mut layers = Vec::new();
                     let mut diff_ids = Vec::new();
                     for l in 0..p.layers_per_manifest {
                         let id = if l < 2 { format!("base-{}", (m * 2 + l) % p.shared_base_layers) } else { format!("m{m}-l{l}") };
-                        let b = format!("sha256:{}", hex::encode(sha2_of(&format!("blob-{id}"))));
-                        let d = format!("sha256:{}", hex::encode(sha2_of(&format!("diff-{id}"))));
+                        // Each blob is a small uncompressed "layer" that pullgate hashes, as a
+                        // pull would, so that the ledger pairs it with its layer ID.
+                        let payload = format!("blob-{id}");
+                        let b = format!("sha256:{}", hex::encode(sha2_of(&payload)));
+                        let mut h = crate::diffid::Hasher::new(&b);
+                        let v = h.update(payload.as_bytes()).and_then(|()| h.finish());
+                        let v = v.map_err(|e| StoreError::Corrupt { key: b.clone(), reason: e.to_string() })?;
+                        ledger::record_pairing(tx, &v)?;
+                        let d = v.diff_id().to_string();
                         ledger::record_blob(tx, &b, origin, "hmac-sha256:bench", 1)?;
                         blob_count += 1;
                         layers.push(b);
@@ -133,7 +140,7 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
         let other = (granted + 1) % p.manifests;
         for (m, out, expect_ok) in [(granted, &mut allowed, true), (other, &mut denied, false)] {
             let rec = store.read(|tx| ledger::manifest(tx, &digest("manifest", m)))?.ok_or("manifest missing")?;
-            let chain = ChainInfo { chain_id: String::new(), diff_ids: rec.diff_ids, unknown_layers: 0 };
+            let chain = ChainInfo { chain_id: String::new(), diff_ids: rec.diff_ids, ..Default::default() };
             let ns = format!("ns-{n}");
             let t = Instant::now();
             let r = store.read(|tx| Ok::<_, StoreError>(gate.use_chain(tx, &Subject { namespace: &ns, principal: "" }, &chain)))?;
@@ -148,7 +155,7 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
     // The unknown-chain test: an extract whose target chain pullgate never recorded.
     let mut unknown = Vec::new();
     for i in 0..20 {
-        let parent = ChainInfo { chain_id: digest("unknown-parent", i), diff_ids: vec![], unknown_layers: 1 };
+        let parent = ChainInfo { chain_id: digest("unknown-parent", i), diff_ids: vec![], unknown_layers: 1, ..Default::default() };
         let target = digest("unknown-target", i);
         let t = Instant::now();
         let _ = store.read(|tx| Ok::<_, StoreError>(gate.extract(tx, &Subject { namespace: "ns-0", principal: "" }, &parent, &target)))?;

@@ -244,6 +244,11 @@ mod tests {
         assert_eq!(c.registry.timeout(), Some(std::time::Duration::from_secs(10)));
         assert!(g.require_principal.contains("team-b"));
         assert!(g.allowlist[0].matches("reg.io/pub/x"));
+        // Plain-http origins carry their scheme: an https entry does not match them.
+        assert!(!g.allowlist[0].matches("http://reg.io/pub/x"));
+        let http = crate::reference::AllowPattern::parse("http://127.0.0.1:5000/pub/*").unwrap();
+        assert!(http.matches("http://127.0.0.1:5000/pub/x") && !http.matches("127.0.0.1:5000/pub/x"));
+        assert!(crate::reference::AllowPattern::parse("http://").is_err());
         assert_eq!(parse_duration_secs("7d"), Some(604800));
         assert_eq!(parse_duration_secs("0s"), None);
         for bad in ["[policy]\nverification='Sometimes'", "[policy]\nallowlist=['reg.io/app:v1']", "[policy]\nreverify_after='soon'", "[registry]\ntimeout='0s'"] {

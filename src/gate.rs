@@ -3,7 +3,10 @@
 //! origin that served the layer's bytes, for a manifest containing it; a chain may be used
 //! (container rootfs, view) by principal P only if (N, P) — or (N, "") namespace-wide, unless
 //! the namespace requires principals — holds such a grant for every protected layer in it.
-//! Layers pullgate has no record of follow the KEP-2535 policy. Any ledger read error denies.
+//! Layers pullgate has no record of follow the KEP-2535 policy. An unpack onto a parent whose
+//! chain pullgate cannot establish is refused (it cannot tell which layer is being applied),
+//! unless the policy is NeverVerify. Any ledger read error denies. A refusal names only what
+//! the requester itself holds or asked for: never an image another tenant pulled.
 use crate::ledger::{self, LayerRec};
 use crate::metastore::{LedgerRead, StoreError};
 use crate::reference::AllowPattern;
@@ -77,6 +80,10 @@ pub struct ChainInfo {
     pub diff_ids: Vec<String>,
     /// Layers pullgate has no record of.
     pub unknown_layers: u32,
+    /// The snapshot exists but pullgate cannot establish which chain it holds (committed by a
+    /// client outside an unpack, under a name that is not a chainID, or under a name that
+    /// disagrees with the chain recorded when it was prepared): nothing is unpacked onto it.
+    pub unestablished: bool,
 }
 
 pub struct Gate {
@@ -173,10 +180,19 @@ impl Gate {
     /// Extract: which layer an unpack step with target chain `target` on top of `parent`
     /// applies, and whether namespace `s.namespace` may materialise it. Returns the new chain.
     pub fn extract(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo, target: &str) -> Result<ChainInfo, GateError> {
+        if parent.unestablished && self.cfg.policy != Policy::NeverVerify {
+            return Err(self.deny(
+                s,
+                format!("layer chain {target}"),
+                None,
+                "its parent snapshot was not unpacked from an image (or its name disagrees with the chain it was prepared as), so pullgate cannot tell which layer is being applied".into(),
+                format!("unpack the image from its first layer: pullgate pull -n {} --user USER:PASSWORD IMAGE", s.namespace),
+            ));
+        }
         let applied = self.applied_layer(tx, parent, target)?;
         let mut grants = GrantView::load(tx, s.namespace)?;
         self.check_chain(tx, s, parent, applied.as_deref(), false, &mut grants)?;
-        let mut next = ChainInfo { chain_id: target.to_string(), diff_ids: parent.diff_ids.clone(), unknown_layers: parent.unknown_layers };
+        let mut next = ChainInfo { chain_id: target.to_string(), diff_ids: parent.diff_ids.clone(), unknown_layers: parent.unknown_layers, unestablished: false };
         match applied {
             Some(d) => next.diff_ids.push(d),
             None => {
@@ -298,7 +314,7 @@ impl Gate {
                 stale = true;
             }
         }
-        let image = self.image_name(tx, &layer)?;
+        let image = self.own_image_name(tx, grants, id)?;
         let reason = if stale {
             "the grant for it is older than reverify_after".to_string()
         } else if per_principal {
@@ -317,11 +333,15 @@ impl Gate {
         Ok(out)
     }
 
-    fn image_name(&self, tx: &impl LedgerRead, layer: &LayerRec) -> Result<Option<String>, StoreError> {
-        for m in &layer.manifests {
-            if let Some(rec) = ledger::manifest(tx, m)? {
-                if let Some(n) = rec.names.iter().next() {
-                    return Ok(Some(n.clone()));
+    /// A name of an image containing layer `d` that this namespace itself verified (any of its
+    /// principals' grants), for the message; never a name another tenant pulled the layer as.
+    fn own_image_name(&self, tx: &impl LedgerRead, grants: &mut GrantView, d: &LayerId) -> Result<Option<String>, StoreError> {
+        for i in 0..grants.entries.len() {
+            if grants.covers(tx, i, d)?.is_some() {
+                if let Some(rec) = ledger::manifest(tx, &grants.entries[i].manifest)? {
+                    if let Some(n) = rec.names.iter().next() {
+                        return Ok(Some(n.clone()));
+                    }
                 }
             }
         }
@@ -345,7 +365,12 @@ mod tests {
     fn ledger() -> (tempfile::TempDir, MetaStore) {
         let dir = tempfile::tempdir().unwrap();
         let s = MetaStore::open(&dir.path().join("m.redb")).unwrap();
-        s.write(|tx| -> Result<(), StoreError> {
+        s.write(|tx| -> Result<(), ledger::LedgerError> {
+            // A current ledger: its one-time upgrades ran when it was created.
+            ledger::upgrade(tx)?;
+            for (blob, layer) in [('A', 'a'), ('B', 'b'), ('P', 'p')] {
+                ledger::record_pairing(tx, &crate::diffid::Verified::for_test(&d(blob), &d(layer)))?;
+            }
             for blob in [d('A'), d('B'), d('C')] {
                 record_blob(tx, &blob, ORIGIN, "hmac-sha256:alice", 1)?;
             }
@@ -375,7 +400,7 @@ mod tests {
     }
 
     fn chain_ab() -> ChainInfo {
-        ChainInfo { chain_id: ledger::chain_ids(&[d('a'), d('b')])[1].clone(), diff_ids: vec![d('a'), d('b')], unknown_layers: 0 }
+        ChainInfo { chain_id: ledger::chain_ids(&[d('a'), d('b')])[1].clone(), diff_ids: vec![d('a'), d('b')], ..Default::default() }
     }
 
     fn gate(policy: Policy) -> Gate {
@@ -404,7 +429,7 @@ mod tests {
             let m = denied(gate(Policy::AlwaysVerify).extract(tx, &subj("b", ""), &base, &unknown));
             assert!(m.contains("no record") && m.contains("pullgate pull"), "{m}");
             assert!(gate(Policy::NeverVerifyAllowlistedImages).extract(tx, &subj("b", ""), &base, &unknown).is_err());
-            let pre = ChainInfo { chain_id: String::new(), diff_ids: vec![], unknown_layers: 2 };
+            let pre = ChainInfo { chain_id: String::new(), diff_ids: vec![], unknown_layers: 2, ..Default::default() };
             assert!(gate(Policy::NeverVerifyPreloadedImages).use_chain(tx, &subj("b", ""), &pre).is_ok());
             assert!(gate(Policy::AlwaysVerify).use_chain(tx, &subj("b", ""), &pre).is_err());
             Ok(())
@@ -417,7 +442,9 @@ mod tests {
         let (_d, s) = ledger();
         let g = gate(Policy::NeverVerifyPreloadedImages);
         let m = s.read(|tx| Ok::<_, StoreError>(denied(g.extract(tx, &subj("b", ""), &ChainInfo::default(), &d('a'))))).unwrap();
-        assert!(m.contains("namespace \"b\"") && m.contains(&d('a')) && m.contains(ORIGIN) && m.contains("pullgate verify -n b"), "{m}");
+        assert!(m.contains("namespace \"b\"") && m.contains(&d('a')) && m.contains("pullgate verify -n b"), "{m}");
+        // The image is another tenant's: the refusal does not name it.
+        assert!(!m.contains("private/app") && m.contains("IMAGE"), "{m}");
         // A grant at an origin that never served the bytes grants nothing.
         grant(&s, "b", "", "evil:5000/x", 1 << 62);
         s.read(|tx| Ok::<_, StoreError>(denied(g.use_chain(tx, &subj("b", ""), &chain_ab())))).unwrap();
@@ -477,6 +504,8 @@ mod tests {
         let g = Gate::new(GateConfig { reverify_after_ns: Some(60_000_000_000), ..Default::default() });
         let m = s.read(|tx| Ok::<_, StoreError>(denied(g.use_chain(tx, &subj("old", ""), &chain_ab())))).unwrap();
         assert!(m.contains("reverify_after"), "{m}");
+        // The namespace verified this image itself (its grant aged out): the refusal names it.
+        assert!(m.contains(&format!("{ORIGIN}:v1")), "{m}");
         // Without reverify_after the same old grant still counts.
         let g = gate(Policy::NeverVerifyPreloadedImages);
         s.read(|tx| Ok::<_, StoreError>(g.use_chain(tx, &subj("old", ""), &chain_ab()).unwrap())).unwrap();
@@ -487,7 +516,7 @@ mod tests {
         let (_d, s) = ledger();
         let g = gate(Policy::NeverVerifyPreloadedImages);
         // An attacker's manifest stacks private layer b on its own base x: the chain is new.
-        let base = ChainInfo { chain_id: d('x'), diff_ids: vec![], unknown_layers: 1 };
+        let base = ChainInfo { chain_id: d('x'), diff_ids: vec![], unknown_layers: 1, ..Default::default() };
         let target = ledger::chain_id(&d('x'), &d('b'));
         let m = s.read(|tx| Ok::<_, StoreError>(denied(g.extract(tx, &subj("b", ""), &base, &target)))).unwrap();
         assert!(m.contains(&d('b')), "{m}");
@@ -495,6 +524,19 @@ mod tests {
         let other = ledger::chain_id(&d('x'), &d('y'));
         let next = s.read(|tx| Ok::<_, StoreError>(g.extract(tx, &subj("b", ""), &base, &other).unwrap())).unwrap();
         assert_eq!(next.unknown_layers, 2);
+    }
+
+    #[test]
+    fn nothing_is_unpacked_onto_a_parent_whose_chain_is_unknown() {
+        let (_d, s) = ledger();
+        grant(&s, "n", "", ORIGIN, 1 << 62);
+        let parent = ChainInfo { unestablished: true, ..Default::default() };
+        for policy in [Policy::NeverVerifyPreloadedImages, Policy::AlwaysVerify, Policy::NeverVerifyAllowlistedImages] {
+            // Even a public layer, even with a grant: the layer applied cannot be told.
+            let m = s.read(|tx| Ok::<_, StoreError>(denied(gate(policy).extract(tx, &subj("n", ""), &parent, &d('p'))))).unwrap();
+            assert!(m.contains("parent snapshot was not unpacked from an image"), "{m}");
+        }
+        s.read(|tx| Ok::<_, StoreError>(gate(Policy::NeverVerify).extract(tx, &subj("n", ""), &parent, &d('p')).unwrap())).unwrap();
     }
 
     #[test]
@@ -530,7 +572,7 @@ mod tests {
     fn protected_index_is_rebuilt_for_an_older_ledger() {
         let (_d, s) = ledger();
         let g = gate(Policy::NeverVerifyPreloadedImages);
-        let base = ChainInfo { chain_id: d('x'), diff_ids: vec![], unknown_layers: 1 };
+        let base = ChainInfo { chain_id: d('x'), diff_ids: vec![], unknown_layers: 1, ..Default::default() };
         let target = ledger::chain_id(&d('x'), &d('b'));
         // A ledger from before the index: drop it and the upgrade marker, then upgrade.
         s.write(|tx| -> Result<(), StoreError> {

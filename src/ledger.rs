@@ -2,13 +2,30 @@
 //! Blob origins (which origin served a blob's bytes, to which credential identities, or
 //! anonymously), manifests (config, layers, diffIDs), layers (their blobs, public flag and the
 //! manifests containing them), chains (chainID -> parent chain + diffID) and grants
-//! ((namespace, principal, origin, manifest) -> identity, time verified). Every logical change
-//! is one write transaction made by the caller; reads take any transaction.
+//! ((namespace, principal, origin, manifest) -> identity, time verified), and the pairings of
+//! blob digest -> layer ID that pullgate verified itself ([`crate::diffid::Verified`]). Every
+//! logical change is one write transaction made by the caller; reads take any transaction.
+//!
+//! The ledger enforces the trust rule itself: a manifest is recorded only if every (blob,
+//! diffID) pair it lists is a verified pairing, so a layer's blobs, its public flag and which
+//! origins served it all rest on bytes pullgate hashed, never on what an image config claims.
 use crate::credential::ANONYMOUS;
+use crate::diffid::Verified;
 use crate::metastore::{key, split_key, Collection, LedgerRead, StoreError, WriteTx};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeSet;
+
+/// A write the ledger refuses because it would rest on a claim instead of a verified fact.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("blob {blob} has no layer ID that pullgate computed itself; the claim that it is layer {claimed} is not recorded")]
+    Unverified { blob: String, claimed: String },
+    #[error("blob {blob} is layer {recorded} (pullgate hashed it), not {claimed}")]
+    Conflict { blob: String, recorded: String, claimed: String },
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BlobOrigin {
@@ -124,6 +141,21 @@ pub fn record_blob(tx: &mut WriteTx, digest: &str, origin: &str, identity: &str,
     tx.put_val(Collection::BlobOrigins, &k, &rec)
 }
 
+/// The layer ID pullgate computed from the blob's bytes, if it has.
+pub fn pairing(tx: &impl LedgerRead, blob: &str) -> Result<Option<String>, StoreError> {
+    tx.get_val(Collection::Pairings, blob)
+}
+
+/// Records a verified pairing. A blob's layer ID is a fact about its bytes: once recorded it
+/// never changes, and a different one is refused.
+pub fn record_pairing(tx: &mut WriteTx, v: &Verified) -> Result<(), LedgerError> {
+    match pairing(tx, v.blob())? {
+        Some(d) if d == v.diff_id() => Ok(()),
+        Some(d) => Err(LedgerError::Conflict { blob: v.blob().into(), recorded: d, claimed: v.diff_id().into() }),
+        None => Ok(tx.put_val(Collection::Pairings, v.blob(), &v.diff_id().to_string())?),
+    }
+}
+
 pub fn manifest(tx: &impl LedgerRead, digest: &str) -> Result<Option<ManifestRec>, StoreError> {
     tx.get_val(Collection::Manifests, digest)
 }
@@ -170,20 +202,53 @@ fn index_protected(tx: &mut WriteTx, diff_id: &str, public: bool) -> Result<(), 
     }
 }
 
-/// One-time upgrades of a ledger written by an earlier version: builds the protected-layer
-/// index. Runs in the caller's write transaction; does nothing once done.
+/// One-time upgrades of a ledger written by an earlier version. Runs in the caller's write
+/// transaction; each does nothing once done.
+/// - The protected-layer index.
+/// - Verified pairings: earlier versions took a layer's blobs from image configs, so every
+///   fact derived from them is dropped: each layer loses its blobs and its public flag (it is
+///   protected until a pull or verify pairs a blob with it again, by hashing the bytes, from
+///   containerd's content store when they are there), and every grant forgets which of its
+///   layers its origin had served (they are looked up again, against verified pairings only).
+///   This fails closed: an image verified before the upgrade needs `pullgate verify` again.
 pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
     tx.once("ledger_protected_index", |tx| {
         for (d, l) in tx.scan::<LayerRec>(Collection::Layers, "")? {
             index_protected(tx, &d, l.public)?;
         }
         Ok(())
+    })?;
+    tx.once("ledger_verified_pairings", |tx| {
+        for (d, mut l) in tx.scan::<LayerRec>(Collection::Layers, "")? {
+            l.blobs.clear();
+            l.public = false;
+            tx.put_val(Collection::Layers, &d, &l)?;
+            index_protected(tx, &d, false)?;
+        }
+        for (k, mut g) in tx.scan::<Grant>(Collection::Grants, "")? {
+            if g.served.iter().any(|s| *s) {
+                g.served.iter_mut().for_each(|s| *s = false);
+                tx.put_val(Collection::Grants, &k, &g)?;
+            }
+        }
+        Ok(())
     })
 }
 
-/// Records a manifest whose blobs' origins are already recorded: its layers, chains, and
-/// which layers are public (a blob of the layer was served anonymously somewhere).
-pub fn record_manifest(tx: &mut WriteTx, digest: &str, m: &ManifestRec) -> Result<(), StoreError> {
+/// Records a manifest whose blobs' origins and pairings are already recorded: its layers,
+/// chains, and which layers are public (a blob of the layer was served anonymously somewhere).
+/// Refused unless every (blob, diffID) it lists is a verified pairing.
+pub fn record_manifest(tx: &mut WriteTx, digest: &str, m: &ManifestRec) -> Result<(), LedgerError> {
+    if m.layers.len() != m.diff_ids.len() {
+        return Err(StoreError::Corrupt { key: digest.into(), reason: format!("{} layers, {} diffIDs", m.layers.len(), m.diff_ids.len()) }.into());
+    }
+    for (blob, d) in m.layers.iter().zip(&m.diff_ids) {
+        match pairing(tx, blob)? {
+            Some(v) if &v == d => {}
+            Some(v) => return Err(LedgerError::Conflict { blob: blob.clone(), recorded: v, claimed: d.clone() }),
+            None => return Err(LedgerError::Unverified { blob: blob.clone(), claimed: d.clone() }),
+        }
+    }
     let mut rec = manifest(tx, digest)?.unwrap_or_else(|| ManifestRec { config: m.config.clone(), layers: m.layers.clone(), diff_ids: m.diff_ids.clone(), ..Default::default() });
     rec.origins.extend(m.origins.iter().cloned());
     rec.names.extend(m.names.iter().cloned());
@@ -259,12 +324,12 @@ pub fn grants(tx: &impl LedgerRead, ns: Option<&str>) -> Result<Vec<GrantEntry>,
     Ok(out)
 }
 
-/// Removes the grants of `ns` matching `principal` (None: every principal) and `origin`
-/// (None: every origin); returns how many.
-pub fn revoke(tx: &mut WriteTx, ns: &str, principal: Option<&str>, origin: Option<&str>) -> Result<usize, StoreError> {
+/// Removes the grants of `ns` matching `principal` (None: every principal) and one of
+/// `origins` (None: every origin); returns how many.
+pub fn revoke(tx: &mut WriteTx, ns: &str, principal: Option<&str>, origins: Option<&[String]>) -> Result<usize, StoreError> {
     let mut n = 0;
     for g in grants(tx, Some(ns))? {
-        if principal.is_some_and(|p| p != g.principal) || origin.is_some_and(|o| o != g.origin) {
+        if principal.is_some_and(|p| p != g.principal) || origins.is_some_and(|o| !o.contains(&g.origin)) {
             continue;
         }
         tx.delete_val(Collection::Grants, &key(&[&g.namespace, &g.principal, &g.origin, &g.manifest]))?;
@@ -276,6 +341,118 @@ pub fn revoke(tx: &mut WriteTx, ns: &str, principal: Option<&str>, origin: Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metastore::MetaStore;
+
+    fn d(c: char) -> String {
+        format!("sha256:{}", c.to_string().repeat(64))
+    }
+
+    fn manifest_ab() -> ManifestRec {
+        ManifestRec { config: d('C'), layers: vec![d('A'), d('B')], diff_ids: vec![d('a'), d('b')], ..Default::default() }
+    }
+
+    fn store() -> (tempfile::TempDir, MetaStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = MetaStore::open(&dir.path().join("m.redb")).unwrap();
+        s.write(upgrade).unwrap();
+        (dir, s)
+    }
+
+    #[test]
+    fn a_manifest_is_recorded_only_on_verified_pairings() {
+        let (_d, s) = store();
+        let pair = |b: char, l: char| Verified::for_test(&d(b), &d(l));
+        // Claims alone (no pairing at all): refused, nothing written.
+        let e = s.write(|tx| record_manifest(tx, &d('m'), &manifest_ab())).unwrap_err();
+        assert!(matches!(&e, LedgerError::Unverified { blob, claimed } if *blob == d('A') && *claimed == d('a')), "{e}");
+        // One pairing verified, the other missing: still refused, and the verified one is not
+        // recorded either (one transaction).
+        let e = s.write(|tx| {
+            record_pairing(tx, &pair('A', 'a'))?;
+            record_manifest(tx, &d('m'), &manifest_ab())
+        });
+        assert!(matches!(e, Err(LedgerError::Unverified { .. })));
+        s.read(|tx| -> Result<(), StoreError> {
+            assert_eq!(pairing(tx, &d('A'))?, None);
+            assert_eq!(manifest(tx, &d('m'))?, None);
+            assert_eq!(layer(tx, &d('a'))?, None);
+            Ok(())
+        })
+        .unwrap();
+        // A config claiming another layer ID than the bytes hash to: refused.
+        let e = s.write(|tx| {
+            record_pairing(tx, &pair('A', 'a'))?;
+            record_pairing(tx, &pair('B', 'x'))?;
+            record_manifest(tx, &d('m'), &manifest_ab())
+        });
+        assert!(matches!(&e, Err(LedgerError::Conflict { blob, recorded, claimed }) if *blob == d('B') && *recorded == d('x') && *claimed == d('b')));
+        // A pairing never changes once recorded.
+        s.write(|tx| record_pairing(tx, &pair('B', 'b'))).unwrap();
+        assert!(matches!(s.write(|tx| record_pairing(tx, &pair('B', 'x'))), Err(LedgerError::Conflict { .. })));
+        // Both verified and matching: recorded, and the layers list exactly those blobs.
+        s.write(|tx| {
+            record_pairing(tx, &pair('A', 'a'))?;
+            record_manifest(tx, &d('m'), &manifest_ab())
+        })
+        .unwrap();
+        s.read(|tx| -> Result<(), StoreError> {
+            assert_eq!(layer(tx, &d('a'))?.unwrap().blobs, BTreeSet::from([d('A')]));
+            assert_eq!(layer(tx, &d('b'))?.unwrap().blobs, BTreeSet::from([d('B')]));
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_layer_is_public_only_through_a_blob_verified_as_that_layer() {
+        let (_d, s) = store();
+        s.write(|tx| {
+            // B's blob X was served anonymously; it is its own layer x, whatever a config says.
+            record_pairing(tx, &Verified::for_test(&d('X'), &d('x')))?;
+            record_blob(tx, &d('X'), "evil/app", ANONYMOUS, 1)?;
+            record_pairing(tx, &Verified::for_test(&d('A'), &d('a')))?;
+            record_blob(tx, &d('A'), "reg/private", "hmac-sha256:alice", 1)?;
+            record_manifest(tx, &d('m'), &ManifestRec { layers: vec![d('A')], diff_ids: vec![d('a')], ..Default::default() })?;
+            // The attacker's manifest pairing X with layer a is refused...
+            let forged = ManifestRec { layers: vec![d('X')], diff_ids: vec![d('a')], ..Default::default() };
+            assert!(matches!(record_manifest(tx, &d('e'), &forged), Err(LedgerError::Conflict { .. })));
+            Ok::<_, LedgerError>(())
+        })
+        .unwrap();
+        // ...so layer a stays protected and served by its own origin only.
+        s.read(|tx| -> Result<(), StoreError> {
+            let a = layer(tx, &d('a'))?.unwrap();
+            assert!(!a.public);
+            assert_eq!(a.blobs, BTreeSet::from([d('A')]));
+            assert!(!layer_served_by(tx, &a, "evil/app")?);
+            assert!(protected_layer_for_chain(tx, "", &d('a'))?.is_some());
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn upgrading_an_older_ledger_drops_what_rested_on_claims() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = MetaStore::open(&dir.path().join("m.redb")).unwrap();
+        // As an older version wrote it: a layer whose blob came from a config, made public by
+        // an anonymous origin, and a grant that marked it served. No pairings, no marker.
+        s.write(|tx| -> Result<(), StoreError> {
+            tx.put_val(Collection::Layers, &d('a'), &LayerRec { blobs: [d('X')].into(), public: true, manifests: [d('m')].into() })?;
+            tx.put_val(Collection::Grants, &key(&["B", "", "evil/app", &d('m')]), &Grant { identity: ANONYMOUS.into(), verified_at: 1, layers: vec![[0xaa; 32]], served: vec![true] })?;
+            tx.set_counter("ledger_protected_index", 1)
+        })
+        .unwrap();
+        s.write(upgrade).unwrap();
+        s.read(|tx| -> Result<(), StoreError> {
+            let a = layer(tx, &d('a'))?.unwrap();
+            assert!(!a.public && a.blobs.is_empty(), "{a:?}");
+            assert!(tx.get_val::<()>(Collection::Protected, &d('a'))?.is_some());
+            assert_eq!(grants(tx, Some("B"))?[0].grant.served, vec![false]);
+            Ok(())
+        })
+        .unwrap();
+    }
 
     #[test]
     fn chain_id_arithmetic() {

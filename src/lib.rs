@@ -14,6 +14,7 @@ pub mod config;
 pub mod credential;
 pub mod crashpoint;
 pub mod daemon;
+pub mod diffid;
 pub mod gate;
 pub mod ledger;
 pub mod pull;

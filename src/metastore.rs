@@ -20,6 +20,11 @@ const SNAPSHOT_REFS: TableDefinition<(&str, &str), ()> = TableDefinition::new("s
 pub const SNAPSHOT_REF_LABEL: &str = "containerd.io/snapshot.ref";
 /// Marker (in COUNTERS) that SNAPSHOT_REFS holds every record written before it existed.
 const SNAPSHOT_REFS_BUILT: &str = "snapshot_refs_index";
+/// Committed snapshots that pullgate's own pull unpacked from blobs whose layer IDs it verified,
+/// on a parent that is itself one (or none): key -> chainID. Written only by the snapshotter's
+/// Commit of an extraction the puller registered and checked; no request, label or Update can
+/// set or change it. Only these snapshots are offered to another namespace for adoption.
+const OWN_CHAINS: TableDefinition<&str, &str> = TableDefinition::new("own_chains");
 /// Named counters ("next_id", markers of one-time upgrades).
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
@@ -39,16 +44,20 @@ pub enum Collection {
     Grants,
     /// diffID -> () for every layer that is not public: the keys the chainID test walks.
     Protected,
+    /// blob digest -> its layer ID (diffID), as pullgate computed it from the blob's bytes
+    /// (`diffid::Verified`); never from an image config.
+    Pairings,
 }
 
 impl Collection {
-    const ALL: [Collection; 6] = [
+    const ALL: [Collection; 7] = [
         Collection::BlobOrigins,
         Collection::Manifests,
         Collection::Layers,
         Collection::Chains,
         Collection::Grants,
         Collection::Protected,
+        Collection::Pairings,
     ];
     fn def(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
         match self {
@@ -58,6 +67,7 @@ impl Collection {
             Collection::Chains => TableDefinition::new("ledger_chains"),
             Collection::Grants => TableDefinition::new("ledger_grants"),
             Collection::Protected => TableDefinition::new("ledger_protected"),
+            Collection::Pairings => TableDefinition::new("ledger_pairings"),
         }
     }
 }
@@ -131,7 +141,7 @@ pub struct MetaStore {
 
 /// A read transaction. Ledger tables are opened once per transaction and reused: a gate
 /// decision reads several collections many times.
-pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 6]);
+pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 7]);
 pub struct WriteTx(redb::WriteTransaction);
 
 impl MetaStore {
@@ -143,6 +153,7 @@ impl MetaStore {
         txn.open_table(CHILDREN)?;
         txn.open_table(COUNTERS)?;
         txn.open_table(SNAPSHOT_REFS)?;
+        txn.open_table(OWN_CHAINS)?;
         for c in Collection::ALL {
             txn.open_table(c.def())?;
         }
@@ -296,6 +307,11 @@ impl ReadTx {
     pub fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         get_val_in(&self.0.open_table(SNAPSHOTS)?, key)
     }
+
+    /// The chainID pullgate's own unpack established for committed snapshot `key`, if any.
+    pub fn own_chain(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.0.open_table(OWN_CHAINS)?.get(key)?.map(|v| v.value().to_string()))
+    }
     pub fn all(&self) -> Result<Vec<(String, Record)>, StoreError> {
         scan_in(&self.0.open_table(SNAPSHOTS)?, "")
     }
@@ -323,6 +339,16 @@ impl ReadTx {
 impl WriteTx {
     pub fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         get_val_in(&self.0.open_table(SNAPSHOTS)?, key)
+    }
+
+    pub fn own_chain(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.0.open_table(OWN_CHAINS)?.get(key)?.map(|v| v.value().to_string()))
+    }
+
+    /// Records that committed snapshot `key` is pullgate's own unpack of chain `chain`.
+    pub fn set_own_chain(&mut self, key: &str, chain: &str) -> Result<(), StoreError> {
+        self.0.open_table(OWN_CHAINS)?.insert(key, chain)?;
+        Ok(())
     }
 
     pub fn has_children(&self, key: &str) -> Result<bool, StoreError> {
@@ -388,6 +414,7 @@ impl WriteTx {
             if let Some(t) = old.labels.get(SNAPSHOT_REF_LABEL) {
                 self.0.open_table(SNAPSHOT_REFS)?.remove((t.as_str(), key))?;
             }
+            self.0.open_table(OWN_CHAINS)?.remove(key)?;
             self.0.open_table(SNAPSHOTS)?.remove(key)?;
         }
         Ok(old)

@@ -123,7 +123,8 @@ impl fmt::Display for Reference {
 }
 
 /// One KEP-2535 allowlist entry: an exact repository (`host/path`) or a prefix ending `/*`.
-/// Tags and digests are not allowed.
+/// Tags and digests are not allowed. Origins name the endpoint that answered, so an entry
+/// matches https origins; `http://host:port/...` matches a plain-http registry's origins.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowPattern {
     prefix: String,
@@ -132,6 +133,10 @@ pub struct AllowPattern {
 
 impl AllowPattern {
     pub fn parse(s: &str) -> Result<AllowPattern, ReferenceError> {
+        if let Some(rest) = s.strip_prefix("http://") {
+            let p = Self::parse(rest)?;
+            return Ok(AllowPattern { prefix: format!("http://{}", p.prefix), wildcard: p.wildcard });
+        }
         let bad = |reason| Err(ReferenceError { input: s.to_string(), reason });
         let (body, wildcard) = match s.strip_suffix("/*") {
             Some(b) => (b, true),

@@ -181,21 +181,30 @@ impl Containerd {
         Ok(())
     }
 
-    /// Reads a whole blob of at most `cap` bytes.
-    pub async fn read_content(&self, digest: &str, cap: usize) -> Result<Vec<u8>> {
+    /// Streams a blob of the namespace, chunk by chunk: `f` gets each chunk in order.
+    pub async fn read_each<E: From<ContainerdError>>(&self, digest: &str, mut f: impl FnMut(&[u8]) -> std::result::Result<(), E>) -> std::result::Result<(), E> {
         let mut stream = ContentClient::new(self.channel.clone())
             .read(self.req(ReadContentRequest { digest: digest.to_string(), offset: 0, size: 0 }))
             .await
             .map_err(err(format!("read content {digest}")))?
             .into_inner();
-        let mut out = Vec::new();
         while let Some(chunk) = stream.next().await {
-            let c = chunk.map_err(err(format!("read content {digest}")))?;
-            if out.len() + c.data.len() > cap {
+            f(&chunk.map_err(err(format!("read content {digest}")))?.data)?;
+        }
+        Ok(())
+    }
+
+    /// Reads a whole blob of at most `cap` bytes.
+    pub async fn read_content(&self, digest: &str, cap: usize) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.read_each(digest, |c| {
+            if out.len() + c.len() > cap {
                 return Err(ContainerdError { context: format!("read content {digest}"), status: format!("larger than {cap} bytes"), code: Code::OutOfRange });
             }
-            out.extend_from_slice(&c.data);
-        }
+            out.extend_from_slice(c);
+            Ok(())
+        })
+        .await?;
         Ok(out)
     }
 

@@ -1,14 +1,17 @@
-//! pull: `pullgate pull` and `pullgate verify`. Both resolve the reference at its origin with
-//! the caller's credentials (the registry decides), make sure the origin itself served every
-//! blob (downloading what it never served, or — on the same registry host — asking with an
-//! authenticated HEAD), and record blob origins, the manifest, its layers and chains, and the
-//! grant in one ledger transaction. `pull` also fetches the blobs the content store lacks
+//! pull: `pullgate pull` and `pullgate verify`. Both resolve the reference at its origin (the
+//! endpoint actually contacted) with the caller's credentials (the registry decides), make
+//! sure the origin itself served every blob (downloading what it never served, or — at the
+//! same endpoint — asking with an authenticated HEAD), compute the layer ID of every layer blob
+//! not paired yet from its bytes (while downloading, or from containerd's content store),
+//! refuse an image whose config claims other layer IDs, and record pairings, blob origins, the
+//! manifest, its layers and chains, and the grant in one ledger transaction. `pull` also fetches the blobs the content store lacks
 //! under a lease, labels them, creates the image record and unpacks into pullgate with
 //! `containerd.io/snapshot.ref`, so an authorised namespace adopts a chain already unpacked.
 pub mod containerd;
 
 use crate::credential::{short, Credential, IdentityKey, ANONYMOUS};
-use crate::ledger::{self, ManifestRec};
+use crate::diffid::{self, DiffIdError, Verified};
+use crate::ledger::{self, LedgerError, ManifestRec};
 use crate::metastore::StoreError;
 use crate::reference::Reference;
 use crate::registry::{self, Options, RegistryError, Session, MAX_MANIFEST};
@@ -32,6 +35,12 @@ pub enum PullError {
     Containerd(#[from] ContainerdError),
     #[error("ledger: {0}")]
     Ledger(#[from] StoreError),
+    #[error("ledger: {0}")]
+    Rule(#[from] LedgerError),
+    #[error(transparent)]
+    Layer(#[from] DiffIdError),
+    #[error("image {image}: layer {blob} is {actual} when pullgate decompresses and hashes it, but the config claims {claimed}; refusing an image whose config lies about its layers")]
+    ForgedLayer { image: String, blob: String, claimed: String, actual: String },
     #[error("image {image}: {reason}")]
     BadImage { image: String, reason: String },
 }
@@ -115,6 +124,8 @@ impl Puller {
         out
     }
 
+    /// The stages of one pull or verify, in order. Nothing is written before every fact the
+    /// grant rests on was established by pullgate itself.
     async fn run_with(
         &self,
         req: &Request,
@@ -123,172 +134,215 @@ impl Puller {
         resolved: &registry::Resolved,
         cd: &mut Containerd,
     ) -> Result<Outcome> {
-        let r = &req.reference;
-        let origin = r.origin();
-        let identity = self.key.identity(&r.host, req.cred.as_ref());
-        let m = &resolved.parsed;
-        let bad = |reason: String| PullError::BadImage { image: r.to_string(), reason };
-        let config = Blob { digest: m.config().digest().to_string(), size: m.config().size(), media_type: m.config().media_type().to_string() };
-        let layers: Vec<Blob> = m
-            .layers()
-            .iter()
-            .map(|l| Blob { digest: l.digest().to_string(), size: l.size(), media_type: l.media_type().to_string() })
-            .collect();
-        if layers.is_empty() {
-            return Err(bad("manifest has no layers".into()));
-        }
-        let all: Vec<&Blob> = std::iter::once(&config).chain(&layers).collect();
-        if let Some(b) = all.iter().find(|b| !crate::reference::is_digest(&b.digest)) {
-            return Err(bad(format!("unsupported digest {}", b.digest)));
-        }
-
-        // 1. Every blob must have been served by this origin; the content must be here for a pull.
+        let image = Image::of(req, resolved, sess)?;
+        let identity = self.key.identity(&req.reference.host, req.cred.as_ref());
         let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), ..Default::default() };
-        let known = self.snap.store().read(|tx| ledger::manifest(tx, &out.manifest))?.filter(|m| m.diff_ids.len() == layers.len());
-        let mut served = Vec::with_capacity(all.len());
-        for b in &all {
-            served.push(self.snap.store().read(|tx| ledger::blob_origin(tx, &b.digest, &origin))?.is_some());
+        let facts = self.facts(&image, &out.manifest)?;
+        let mut got = self.gather(&image, &facts, full, sess, resolved, cd).await?;
+        out.downloaded = std::mem::take(&mut got.downloaded);
+        crate::crashpoint::hit("pull.fetched");
+        let diff_ids = self.check_claims(&image, &facts, &got, cd).await?;
+        let public = self.probe_public(&image, &diff_ids, &identity, sess).await;
+        self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity)?;
+        tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %image.origin, manifest = %out.manifest,
+            identity = %short(&identity), downloaded = out.downloaded.len(), "grant recorded");
+        let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
+        self.label(&image, &got, &who, cd).await?;
+        if !full {
+            return Ok(out);
         }
-        // A verify of a manifest whose blobs this origin all served before touches no content.
-        let needs_content = full || known.is_none() || served.iter().any(|s| !s);
-        let digests: Vec<&str> = all.iter().map(|b| b.digest.as_str()).collect();
-        let mut present = std::collections::HashSet::new();
-        if needs_content {
+        let target = self.store_image_content(&image, resolved, &diff_ids, &who, cd).await?;
+        crate::crashpoint::hit("pull.labelled");
+        self.unpack(req, &image, &diff_ids, cd, &mut out).await?;
+        cd.put_image(&image.name, target).await?;
+        Ok(out)
+    }
+
+    /// What the ledger already knows of the image's blobs, read once.
+    fn facts(&self, image: &Image, manifest: &str) -> Result<Facts> {
+        Ok(self.snap.store().read(|tx| -> std::result::Result<Facts, StoreError> {
+            let known = ledger::manifest(tx, manifest)?.filter(|m| m.diff_ids.len() == image.layers.len());
+            let served = image.all().map(|b| ledger::blob_origin(tx, &b.digest, &image.origin).map(|o| o.is_some())).collect::<std::result::Result<_, _>>()?;
+            let paired = image.layers.iter().map(|b| ledger::pairing(tx, &b.digest)).collect::<std::result::Result<_, _>>()?;
+            Ok(Facts { known, served, paired })
+        })?)
+    }
+
+    /// Makes sure the origin itself served every blob (downloading what it never served, or on
+    /// the same endpoint asking with an authenticated HEAD), that a pull has the content, and
+    /// that every layer blob pullgate has not paired yet is hashed: while it downloads, or read
+    /// back from containerd's content store when the bytes are already on the node.
+    async fn gather(&self, image: &Image, facts: &Facts, full: bool, sess: &mut Session, resolved: &registry::Resolved, cd: &mut Containerd) -> Result<Gathered> {
+        let mut got = Gathered::default();
+        let needs_hash = |i: usize| i > 0 && facts.paired[i - 1].is_none();
+        // A verify of a manifest whose blobs this origin all served, and pullgate all paired,
+        // touches no content.
+        got.needs_content = full || facts.known.is_none() || facts.served.iter().any(|s| !s) || facts.paired.iter().any(Option::is_none);
+        let digests: Vec<&str> = image.all().map(|b| b.digest.as_str()).collect();
+        if got.needs_content {
             cd.begin_lease().await?;
             // Held first, then looked for: what is found present stays present.
             let mut held = digests.clone();
             held.push(&resolved.manifest.digest);
             held.extend(resolved.index.as_ref().map(|i| i.digest.as_str()));
             cd.hold_content(&held).await?;
-            present = cd.present(&digests).await?;
+            got.present = cd.present(&digests).await?;
         }
         let cd = &*cd;
-        let mut newly_served = Vec::new();
-        // (blob, keep): bytes to fetch from the origin; kept in the content store, or only
-        // compared because containerd already holds them.
-        let mut fetch: Vec<(Blob, bool)> = Vec::new();
-        for (b, served_here) in all.iter().zip(served) {
-            let in_ns = present.contains(&b.digest);
-            let need_content = full || (b.digest == config.digest && known.is_none());
-            // This origin served the bytes before, or — on the same registry host — an
+        // (blob, keep, hash): bytes to fetch from the origin; kept in the content store, or only
+        // compared because containerd already holds them; hashed into a layer ID, or not.
+        let mut fetch: Vec<(Blob, bool, bool)> = Vec::new();
+        let mut from_store: Vec<Blob> = Vec::new();
+        for (i, (b, served_here)) in image.all().zip(facts.served.iter().copied()).enumerate() {
+            let in_ns = got.present.contains(&b.digest);
+            let need_content = full || (i == 0 && facts.known.is_none());
+            let hash = needs_hash(i);
+            // This origin served the bytes before, or — at the same endpoint — an
             // authenticated HEAD at this repository stands in for a download.
-            let vouched = served_here || (self.same_host_served(&b.digest, &r.host)? && sess.blob_exists(&b.digest).await?);
+            let vouched = served_here || (self.same_endpoint_served(&b.digest, sess.endpoint())? && sess.blob_exists(&b.digest).await?);
             if vouched {
-                if need_content && !in_ns {
-                    if cd.adopt_content(&b.digest, b.size).await? {
-                        present.insert(b.digest.clone());
-                    } else {
-                        fetch.push(((*b).clone(), true));
+                let here = in_ns || ((need_content || hash) && cd.adopt_content(&b.digest, b.size).await?);
+                if here {
+                    got.present.insert(b.digest.clone());
+                    if hash {
+                        from_store.push(b.clone());
                     }
+                } else if need_content || hash {
+                    fetch.push((b.clone(), need_content, hash));
                 }
             } else if in_ns || cd.adopt_content(&b.digest, b.size).await? {
                 // containerd holds the bytes, but this origin never served them: fetch them from
                 // it and compare, rather than trust a manifest that merely names them.
-                present.insert(b.digest.clone());
-                fetch.push(((*b).clone(), false));
+                got.present.insert(b.digest.clone());
+                fetch.push((b.clone(), false, hash));
             } else {
-                fetch.push(((*b).clone(), true));
+                fetch.push((b.clone(), true, hash));
             }
             if !served_here {
-                newly_served.push(b.digest.clone());
+                got.newly_served.push(b.digest.clone());
             }
         }
-        let fetched: Vec<Result<(String, bool)>> = futures_util::stream::iter(fetch)
-            .map(|(b, keep)| {
+        let fetched: Vec<Result<(String, bool, Option<Verified>)>> = futures_util::stream::iter(fetch)
+            .map(|(b, keep, hash)| {
                 let mut s = sess.clone();
-                async move { Self::fetch(&mut s, cd, &b, keep).await.map(|()| (b.digest, keep)) }
+                async move { Self::fetch(&mut s, cd, &b, keep, hash).await.map(|v| (b.digest, keep, v)) }
             })
             .buffer_unordered(FETCH_CONCURRENCY)
             .collect()
             .await;
         for f in fetched {
-            let (d, keep) = f?;
+            let (d, keep, v) = f?;
             if keep {
-                present.insert(d.clone());
+                got.present.insert(d.clone());
             }
-            out.downloaded.push(d);
+            got.verified.extend(v);
+            got.downloaded.push(d);
         }
+        for b in from_store {
+            got.verified.push(Self::hash_from_store(cd, &b.digest).await?);
+        }
+        Ok(got)
+    }
 
-        crate::crashpoint::hit("pull.fetched");
-        // 2. diffIDs: from the ledger when the manifest is known, else from the config.
-        let diff_ids: Vec<String> = match known {
-            Some(m) => m.diff_ids,
+    /// The layer IDs the image claims (from its recorded manifest, or its config), each checked
+    /// against the layer ID pullgate computed from that blob's bytes.
+    async fn check_claims(&self, image: &Image, facts: &Facts, got: &Gathered, cd: &Containerd) -> Result<Vec<String>> {
+        let bad = |reason: String| PullError::BadImage { image: image.name.clone(), reason };
+        let claimed: Vec<String> = match &facts.known {
+            Some(m) => m.diff_ids.clone(),
             None => {
-                let cfg_bytes = cd.read_content(&config.digest, MAX_MANIFEST).await?;
-                if registry::sha256_digest(&cfg_bytes) != config.digest {
-                    return Err(bad(format!("config {} in the content store does not match its digest", config.digest)));
+                let cfg_bytes = cd.read_content(&image.config.digest, MAX_MANIFEST).await?;
+                if registry::sha256_digest(&cfg_bytes) != image.config.digest {
+                    return Err(bad(format!("config {} in the content store does not match its digest", image.config.digest)));
                 }
                 let image_cfg =
                     oci_spec::image::ImageConfiguration::from_reader(cfg_bytes.as_slice()).map_err(|e| bad(format!("config: {e}")))?;
                 image_cfg.rootfs().diff_ids().to_vec()
             }
         };
-        if diff_ids.len() != layers.len() || !diff_ids.iter().all(|d| crate::reference::is_digest(d)) {
-            return Err(bad(format!("config lists {} diffIDs for {} layers", diff_ids.len(), layers.len())));
+        if claimed.len() != image.layers.len() || !claimed.iter().all(|d| crate::reference::is_digest(d)) {
+            return Err(bad(format!("config lists {} diffIDs for {} layers", claimed.len(), image.layers.len())));
         }
+        for ((b, claim), known) in image.layers.iter().zip(&claimed).zip(&facts.paired) {
+            let actual = known.clone().or_else(|| got.verified.iter().find(|v| v.blob() == b.digest).map(|v| v.diff_id().to_string()));
+            match actual {
+                Some(a) if &a == claim => {}
+                Some(a) => return Err(PullError::ForgedLayer { image: image.name.clone(), blob: b.digest.clone(), claimed: claim.clone(), actual: a }),
+                None => return Err(bad(format!("layer {} was not hashed", b.digest))),
+            }
+        }
+        Ok(claimed)
+    }
 
-        // 3. Which layers an anonymous client can read (public), when asked to probe.
+    /// Which layers an anonymous client can read at the origin (public), when asked to probe.
+    async fn probe_public(&self, image: &Image, diff_ids: &[String], identity: &str, sess: &Session) -> Vec<String> {
         let mut public = Vec::new();
         if self.probe_anonymous && identity != ANONYMOUS {
-            for (b, d) in layers.iter().zip(&diff_ids) {
+            for (b, d) in image.layers.iter().zip(diff_ids) {
                 if sess.anonymous_can_read(&b.digest).await {
                     public.push(d.clone());
                 }
             }
         }
+        public
+    }
 
-        // 4. One ledger transaction: origins, manifest, layers, chains, grant.
+    /// One ledger transaction: pairings, origins, manifest, layers, chains, grant.
+    #[allow(clippy::too_many_arguments)]
+    fn record(&self, req: &Request, image: &Image, got: &Gathered, diff_ids: &[String], public: &[String], manifest: &str, identity: &str) -> Result<()> {
         let now = now_nanos();
         let rec = ManifestRec {
-            config: config.digest.clone(),
-            layers: layers.iter().map(|b| b.digest.clone()).collect(),
-            diff_ids: diff_ids.clone(),
-            origins: BTreeSet::from([origin.clone()]),
-            names: BTreeSet::from([r.image_name()]),
+            config: image.config.digest.clone(),
+            layers: image.layers.iter().map(|b| b.digest.clone()).collect(),
+            diff_ids: diff_ids.to_vec(),
+            origins: BTreeSet::from([image.origin.clone()]),
+            names: BTreeSet::from([image.name.clone()]),
         };
-        self.snap.store().write(|tx| -> std::result::Result<(), StoreError> {
-            for d in &newly_served {
-                ledger::record_blob(tx, d, &origin, &identity, now)?;
+        self.snap.store().write(|tx| -> std::result::Result<(), LedgerError> {
+            for v in &got.verified {
+                ledger::record_pairing(tx, v)?;
             }
-            ledger::record_manifest(tx, &out.manifest, &rec)?;
-            for d in &public {
+            for d in &got.newly_served {
+                ledger::record_blob(tx, d, &image.origin, identity, now)?;
+            }
+            ledger::record_manifest(tx, manifest, &rec)?;
+            for d in public {
                 ledger::mark_public(tx, d)?;
             }
-            ledger::put_grant(tx, &req.namespace, &req.principal, &origin, &out.manifest, &identity, now)?;
+            ledger::put_grant(tx, &req.namespace, &req.principal, &image.origin, manifest, identity, now)?;
             crate::crashpoint::hit("ledger.grant-staged");
             Ok(())
         })?;
         crate::crashpoint::hit("pull.granted");
-        tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %origin, manifest = %out.manifest,
-            identity = %short(&identity), downloaded = out.downloaded.len(), "grant recorded");
+        Ok(())
+    }
 
-        // 5. Labels in the namespace's content store: where the blobs came from, and for whom.
-        let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{origin}"), short(&identity))]);
-        if !needs_content {
-            present = cd.present(&digests).await?;
-        }
-        for b in &all {
+    /// Labels in the namespace's content store: where the blobs came from, and for whom.
+    async fn label(&self, image: &Image, got: &Gathered, who: &HashMap<String, String>, cd: &Containerd) -> Result<()> {
+        let digests: Vec<&str> = image.all().map(|b| b.digest.as_str()).collect();
+        let present = if got.needs_content { got.present.clone() } else { cd.present(&digests).await? };
+        for b in image.all() {
             if present.contains(&b.digest) {
-                match cd.label_content(&b.digest, &who).await {
+                match cd.label_content(&b.digest, who).await {
                     // A verify holds no lease: containerd's GC may have just taken a blob no
                     // image referenced. The labels only describe; the grant stands.
-                    Err(e) if !needs_content && e.code == tonic::Code::NotFound => {
+                    Err(e) if !got.needs_content && e.code == tonic::Code::NotFound => {
                         tracing::debug!(digest = %b.digest, "blob collected before it could be labelled");
                     }
                     r => r?,
                 }
             }
         }
-        if !full {
-            return Ok(out);
-        }
+        Ok(())
+    }
 
-        // 6. Manifest (and index) content with containerd's GC references, then the image.
-        let chains = ledger::chain_ids(&diff_ids);
-        let top = chains.last().cloned().unwrap_or_default();
+    /// Manifest (and index) content with containerd's GC references, and the config's
+    /// reference to the top chain; returns what the image record points at.
+    async fn store_image_content(&self, image: &Image, resolved: &registry::Resolved, diff_ids: &[String], who: &HashMap<String, String>, cd: &Containerd) -> Result<Descriptor> {
+        let top = ledger::chain_ids(diff_ids).last().cloned().unwrap_or_default();
         let mut mlabels = who.clone();
-        mlabels.insert("containerd.io/gc.ref.content.config".into(), config.digest.clone());
-        for (i, b) in layers.iter().enumerate() {
+        mlabels.insert("containerd.io/gc.ref.content.config".into(), image.config.digest.clone());
+        for (i, b) in image.layers.iter().enumerate() {
             mlabels.insert(format!("containerd.io/gc.ref.content.l.{i}"), b.digest.clone());
         }
         cd.write_bytes(&resolved.manifest.digest, &resolved.manifest.bytes, mlabels).await?;
@@ -305,13 +359,18 @@ impl Puller {
             target = Descriptor { media_type: idx.media_type.clone(), digest: idx.digest.clone(), size: idx.bytes.len() as i64, annotations: HashMap::new() };
         }
         let mut clabels = who.clone();
-        clabels.insert(format!("containerd.io/gc.ref.snapshot.{}", self.snapshotter_name), top.clone());
-        cd.label_content(&config.digest, &clabels).await?;
+        clabels.insert(format!("containerd.io/gc.ref.snapshot.{}", self.snapshotter_name), top);
+        cd.label_content(&image.config.digest, &clabels).await?;
+        Ok(target)
+    }
 
-        crate::crashpoint::hit("pull.labelled");
-        // 7. Unpack into pullgate through containerd (the gate sees these Prepares).
+    /// Unpacks into pullgate through containerd (the gate sees these Prepares). Each step is
+    /// registered as pullgate's own, so that, once its applied layer matches the blob's verified
+    /// layer ID, the snapshotter records the committed chain as one other namespaces may adopt.
+    async fn unpack(&self, req: &Request, image: &Image, diff_ids: &[String], cd: &Containerd, out: &mut Outcome) -> Result<()> {
         let sn = &self.snapshotter_name;
-        for (i, b) in layers.iter().enumerate() {
+        let chains = ledger::chain_ids(diff_ids);
+        for (i, b) in image.layers.iter().enumerate() {
             let chain = &chains[i];
             // Held first, then looked for: a chain found here stays until the image holds it.
             cd.hold_snapshot(sn, chain).await?;
@@ -321,6 +380,7 @@ impl Puller {
             let parent = if i == 0 { "" } else { chains[i - 1].as_str() };
             let labels = HashMap::from([(SNAPSHOT_REF_LABEL.to_string(), chain.clone())]);
             let key = format!("extract-{} {chain}", uuid::Uuid::new_v4().simple());
+            let own = self.snap.begin_own_extraction(&req.namespace, &key, chain, parent);
             let Some(mounts) = cd.prepare(sn, &key, parent, labels.clone()).await? else {
                 out.adopted += 1;
                 continue;
@@ -335,8 +395,9 @@ impl Puller {
             };
             if applied != diff_ids[i] {
                 cd.remove_snapshot(sn, &key).await;
-                return Err(bad(format!("layer {} unpacks to {applied}, but the config says {}", b.digest, diff_ids[i])));
+                return Err(PullError::BadImage { image: image.name.clone(), reason: format!("layer {} unpacks to {applied}, not to its layer ID {}", b.digest, diff_ids[i]) });
             }
+            own.applied();
             match cd.commit(sn, chain, &key, labels).await {
                 Ok(()) => {
                     out.extracted += 1;
@@ -351,29 +412,94 @@ impl Puller {
                 }
             }
         }
-        cd.put_image(&r.image_name(), target).await?;
-        Ok(out)
+        Ok(())
     }
 
-    /// Whether another repository on registry `host` served the blob's bytes.
-    fn same_host_served(&self, digest: &str, host: &str) -> Result<bool> {
+    /// Whether another repository at this endpoint served the blob's bytes.
+    fn same_endpoint_served(&self, digest: &str, endpoint: &str) -> Result<bool> {
         let origins = self.snap.store().read(|tx| ledger::blob_origins(tx, digest))?;
-        Ok(origins.iter().any(|(o, _)| o.split('/').next() == Some(host)))
+        Ok(origins.iter().any(|(o, _)| registry::origin_endpoint(o) == endpoint))
     }
 
     /// Streams one blob from the origin (checked against its digest) into the content store,
-    /// or, when `keep` is false, only reads and checks it.
-    async fn fetch(sess: &mut Session, cd: &Containerd, b: &Blob, keep: bool) -> Result<()> {
+    /// or, when `keep` is false, only reads and checks it; with `hash`, computes its layer ID
+    /// from the same bytes.
+    async fn fetch(sess: &mut Session, cd: &Containerd, b: &Blob, keep: bool, hash: bool) -> Result<Option<Verified>> {
         let mut reader = sess.open_blob(&b.digest, b.size).await?;
-        if !keep {
-            while reader.next_chunk().await?.is_some() {}
-            return Ok(());
-        }
-        let mut w = cd.writer(&b.digest, b.size);
+        let mut hasher = hash.then(|| diffid::Hasher::new(&b.digest));
+        let mut w = keep.then(|| cd.writer(&b.digest, b.size));
         while let Some(chunk) = reader.next_chunk().await? {
-            w.write(&chunk).await?;
+            if let Some(h) = &mut hasher {
+                h.update(&chunk)?;
+            }
+            if let Some(w) = &mut w {
+                w.write(&chunk).await?;
+            }
         }
-        w.commit(HashMap::new()).await?;
-        Ok(())
+        if let Some(w) = w {
+            w.commit(HashMap::new()).await?;
+        }
+        Ok(hasher.map(diffid::Hasher::finish).transpose()?)
     }
+
+    /// The layer ID of a blob already in the namespace's content store (local work only).
+    async fn hash_from_store(cd: &Containerd, digest: &str) -> Result<Verified> {
+        let mut h = diffid::Hasher::new(digest);
+        cd.read_each(digest, |c| h.update(c).map_err(PullError::from)).await?;
+        Ok(h.finish()?)
+    }
+}
+
+/// The image a manifest describes, as this pull sees it.
+struct Image {
+    /// The reference's image name, for the image record and messages.
+    name: String,
+    /// Where this session's answers are recorded: the endpoint contacted plus the repository.
+    origin: String,
+    config: Blob,
+    layers: Vec<Blob>,
+}
+
+impl Image {
+    fn of(req: &Request, resolved: &registry::Resolved, sess: &Session) -> Result<Image> {
+        let m = &resolved.parsed;
+        let name = req.reference.image_name();
+        let bad = |reason: String| PullError::BadImage { image: name.clone(), reason };
+        let blob = |d: &oci_spec::image::Descriptor| Blob { digest: d.digest().to_string(), size: d.size(), media_type: d.media_type().to_string() };
+        let image = Image { name: name.clone(), origin: sess.origin(), config: blob(m.config()), layers: m.layers().iter().map(blob).collect() };
+        if image.layers.is_empty() {
+            return Err(bad("manifest has no layers".into()));
+        }
+        if let Some(b) = image.all().find(|b| !crate::reference::is_digest(&b.digest)) {
+            return Err(bad(format!("unsupported digest {}", b.digest)));
+        }
+        Ok(image)
+    }
+
+    /// The config, then the layers.
+    fn all(&self) -> impl Iterator<Item = &Blob> {
+        std::iter::once(&self.config).chain(&self.layers)
+    }
+}
+
+/// What the ledger knew before this pull: the recorded manifest (its layer IDs are verified
+/// pairings), and per blob (config first) whether this origin served it, per layer its pairing.
+struct Facts {
+    known: Option<ManifestRec>,
+    served: Vec<bool>,
+    paired: Vec<Option<String>>,
+}
+
+/// What `gather` established.
+#[derive(Default)]
+struct Gathered {
+    needs_content: bool,
+    /// Blobs the namespace's content store holds.
+    present: std::collections::HashSet<String>,
+    /// Blobs this origin served for the first time (downloaded or vouched for by HEAD).
+    newly_served: Vec<String>,
+    /// Blobs downloaded from the registry.
+    downloaded: Vec<String>,
+    /// Layer IDs computed from blobs' bytes in this pull.
+    verified: Vec<Verified>,
 }

@@ -69,6 +69,19 @@ pub struct Resolved {
     pub parsed: oci_spec::image::ImageManifest,
 }
 
+/// The endpoint part of an origin recorded by [`Session::origin`] (everything before the
+/// repository).
+pub fn origin_endpoint(origin: &str) -> &str {
+    let (scheme, rest) = match origin.strip_prefix("http://") {
+        Some(r) => ("http://".len(), r),
+        None => (0, origin),
+    };
+    match rest.find('/') {
+        Some(i) => &origin[..scheme + i],
+        None => origin,
+    }
+}
+
 pub fn sha256_digest(b: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(b)))
 }
@@ -115,6 +128,20 @@ impl Session {
         let http = b.build().map_err(|e| RegistryError::Config(e.to_string()))?;
         let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
         Ok(Session { http, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false, total })
+    }
+
+    /// The endpoint this session talks to, as origins name it: `host[:port]` for https (the
+    /// registry's own name when no hosts.toml redirects it), `http://host:port` for plain http,
+    /// so that a plain-http answer never counts as the https registry of the same name.
+    pub fn endpoint(&self) -> &str {
+        self.base.strip_prefix("https://").unwrap_or(&self.base)
+    }
+
+    /// The origin this session's answers are recorded under: the endpoint actually contacted
+    /// plus the repository (`registry.example/team/app`, `http://127.0.0.1:5000/private/app`),
+    /// never the name a hosts.toml or `--plain-http` sent elsewhere.
+    pub fn origin(&self) -> String {
+        format!("{}/{}", self.endpoint(), self.repo)
     }
 
     fn unavailable(&self, e: impl std::fmt::Display) -> RegistryError {

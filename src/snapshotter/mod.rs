@@ -15,9 +15,9 @@ use crate::gate::{ChainInfo, Gate, GateError, Subject};
 use crate::metastore::{MetaStore, Record, StoreError};
 use layout::Layout;
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// containerd's limit for one label (key plus value), `labels.Validate`.
@@ -89,6 +89,46 @@ pub struct Snapshotter {
     gate: std::sync::Arc<Gate>,
     /// Cleanup takes it exclusively so that no staged directory is mistaken for garbage.
     cleanup_lock: RwLock<()>,
+    /// Unpack steps pullgate's own pull is making, by the key name it gives them.
+    own: Mutex<HashMap<String, OwnExtraction>>,
+}
+
+/// An unpack step of pullgate's own pull, registered (in this process, never over the wire)
+/// before its Prepare under its key name `extract-<random uuid> <chainID>`. Until the pull has
+/// checked the applied layer against the blob's verified layer ID, nobody may mount or commit
+/// it; once committed under its chainID on a parent that is itself pullgate's own chain, the
+/// snapshot is recorded as an own chain, the only kind offered to other namespaces.
+#[derive(Debug, Clone)]
+struct OwnExtraction {
+    namespace: String,
+    chain: String,
+    parent_chain: String,
+    /// The directory id its Prepare created: a snapshot re-created under the same key (after a
+    /// client removed the first) is not pullgate's.
+    id: Option<u64>,
+    applied: bool,
+}
+
+/// Keeps an own extraction registered while the pull works on it.
+pub struct OwnExtractionGuard<'a> {
+    snap: &'a Snapshotter,
+    name: String,
+}
+
+impl OwnExtractionGuard<'_> {
+    /// The pull applied the layer and checked the result against the blob's verified layer ID:
+    /// the snapshot may now be committed.
+    pub fn applied(&self) {
+        if let Some(o) = self.snap.own_lock().get_mut(&self.name) {
+            o.applied = true;
+        }
+    }
+}
+
+impl Drop for OwnExtractionGuard<'_> {
+    fn drop(&mut self) {
+        self.snap.own_lock().remove(&self.name);
+    }
 }
 
 fn now_nanos() -> i64 {
@@ -137,20 +177,23 @@ pub fn validate_principal(p: &str) -> Result<()> {
     Ok(())
 }
 
-/// The target chainID when this request is an unpack step: containerd's unpackers prepare
-/// `extract-<random> <chainID>` and set `containerd.io/snapshot.ref` to it.
-pub fn extract_target(kind: Kind, key: &str, labels: &Labels) -> Option<String> {
+/// The client's own name of a backend key `<namespace>/<seq>/<name>` (the whole key when it has
+/// no such prefix, as from a client talking to the socket directly).
+pub fn name_of_key(key: &str) -> &str {
+    match namespace_of_key(key) {
+        Some(ns) => key[ns.len() + 1..].split_once('/').map(|(_, rest)| rest).unwrap_or(key),
+        None => key,
+    }
+}
+
+/// The target chainID when this request is an unpack step: containerd's unpackers (and
+/// pullgate's own) prepare `extract-<random> <chainID>`. Decided from the key alone: the
+/// `containerd.io/snapshot.ref` label any client may set does not change which check applies.
+pub fn extract_target(kind: Kind, key: &str) -> Option<String> {
     if kind != Kind::Active {
         return None;
     }
-    if let Some(t) = labels.get(SNAPSHOT_REF_LABEL) {
-        return Some(t.clone());
-    }
-    let name = match namespace_of_key(key) {
-        Some(ns) => key[ns.len() + 1..].split_once('/').map(|(_, rest)| rest).unwrap_or(key),
-        None => key,
-    };
-    let rest = name.strip_prefix("extract-")?;
+    let rest = name_of_key(key).strip_prefix("extract-")?;
     let (_, target) = rest.rsplit_once(' ')?;
     crate::reference::is_digest(target).then(|| target.to_string())
 }
@@ -195,7 +238,7 @@ impl Snapshotter {
         let layout = Layout::new(root, driver)?;
         let store = MetaStore::open(&root.join("metadata.redb"))?;
         store.write(crate::ledger::upgrade)?;
-        let s = Snapshotter { store, layout, gate, cleanup_lock: RwLock::new(()) };
+        let s = Snapshotter { store, layout, gate, cleanup_lock: RwLock::new(()), own: Mutex::new(HashMap::new()) };
         let removed = s.cleanup()?;
         if removed > 0 {
             tracing::info!(removed, "removed directories left over by an interrupted operation");
@@ -214,6 +257,36 @@ impl Snapshotter {
 
     fn read_lock(&self) -> std::sync::RwLockReadGuard<'_, ()> {
         self.cleanup_lock.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn own_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnExtraction>> {
+        self.own.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers an unpack step of pullgate's own pull in `namespace`: key name `name`
+    /// (`extract-<uuid> <chain>`), target `chain` on `parent_chain` ("" for the base layer).
+    pub fn begin_own_extraction(&self, namespace: &str, name: &str, chain: &str, parent_chain: &str) -> OwnExtractionGuard<'_> {
+        let o = OwnExtraction { namespace: namespace.into(), chain: chain.into(), parent_chain: parent_chain.into(), id: None, applied: false };
+        self.own_lock().insert(name.to_string(), o);
+        OwnExtractionGuard { snap: self, name: name.to_string() }
+    }
+
+    /// The own extraction that backend key `key` names, if any.
+    fn own_extraction(&self, key: &str) -> Option<OwnExtraction> {
+        self.own_lock().get(name_of_key(key)).cloned()
+    }
+
+    /// Binds a registered own extraction to the snapshot its Prepare is creating (directory
+    /// `id`). Only its first Prepare, in its namespace, is pullgate's: any other is refused.
+    fn bind_own_extraction(&self, key: &str, id: u64) -> Result<()> {
+        let mut own = self.own_lock();
+        if let Some(o) = own.get_mut(name_of_key(key)) {
+            if o.id.is_some() || namespace_of_key(key).unwrap_or_default() != o.namespace {
+                return Err(SnapshotterError::FailedPrecondition(format!("snapshot {key:?} is being unpacked by pullgate")));
+            }
+            o.id = Some(id);
+        }
+        Ok(())
     }
 
     /// Directory ids of `parent` and its ancestors, nearest first.
@@ -247,7 +320,7 @@ impl Snapshotter {
         let namespace = namespace_of_key(key).or(ns_hint).unwrap_or_default().to_string();
         let principal = labels.get(PRINCIPAL_LABEL).cloned().unwrap_or_default();
         validate_principal(&principal)?;
-        let target = extract_target(kind, key, &labels);
+        let target = extract_target(kind, key);
         tracing::debug!(%namespace, key, parent, ?kind, %principal, target = target.as_deref().unwrap_or(""), "create snapshot");
         let _g = self.read_lock();
 
@@ -264,7 +337,7 @@ impl Snapshotter {
                     if r.kind != Kind::Committed {
                         return Err(SnapshotterError::InvalidArgument(format!("parent {parent:?} is not a committed snapshot")));
                     }
-                    (Some(r.id), ChainInfo { chain_id: r.chain_id, diff_ids: r.diff_ids, unknown_layers: r.unknown_layers })
+                    (Some(r.id), Self::parent_chain(p, r))
                 }
             };
             if tx.get(key)?.is_some() {
@@ -273,8 +346,10 @@ impl Snapshotter {
             let chain = match &target {
                 Some(t) => {
                     let next = self.gate.extract(tx, &subject, &parent_chain, t)?;
-                    // An authorised unpack of a chain pullgate already holds: containerd adopts it.
-                    if labels.get(SNAPSHOT_REF_LABEL) == Some(t) && Self::find_committed(tx, t, parent)?.is_some() {
+                    // An authorised unpack of a chain that pullgate's own pull unpacked (in any
+                    // namespace): containerd adopts it. Only then does containerd look for the
+                    // snapshot, so a snapshot a client made is never offered.
+                    if labels.get(SNAPSHOT_REF_LABEL) == Some(t) && Self::find_own_chain(tx, t, parent)?.is_some() {
                         return Err(SnapshotterError::AlreadyExists(format!("target {t}")));
                     }
                     next
@@ -312,6 +387,7 @@ impl Snapshotter {
                 diff_ids: chain.diff_ids,
                 unknown_layers: chain.unknown_layers,
             };
+            self.bind_own_extraction(key, id)?;
             tx.put(key, &rec)?;
             self.layout.install(&staged, id)?;
             installed.set(Some(id));
@@ -327,12 +403,44 @@ impl Snapshotter {
         result
     }
 
-    /// A committed snapshot carrying `containerd.io/snapshot.ref` = `target` on `parent`.
-    fn find_committed(tx: &crate::metastore::ReadTx, target: &str, parent: &str) -> Result<Option<String>> {
-        Ok(tx.with_ref(target)?.into_iter().find(|(_, r)| r.kind == Kind::Committed && r.parent == parent).map(|(k, _)| k))
+    /// What the gate may take as the chain of committed snapshot `key`: the chain recorded when
+    /// it was prepared as an unpack step, and its committed name when that is a chainID (as
+    /// containerd's unpackers name them, and compute the next layer's target from). When
+    /// neither gives one, or they disagree, the chain is unestablished.
+    fn parent_chain(key: &str, r: Record) -> ChainInfo {
+        let name = name_of_key(key);
+        let named = crate::reference::is_digest(name).then_some(name);
+        let chain_id = match (r.chain_id.as_str(), named) {
+            ("", Some(n)) => Some(n.to_string()),
+            (c, Some(n)) if c != n => None,
+            ("", None) => None,
+            (c, _) => Some(c.to_string()),
+        };
+        ChainInfo {
+            unestablished: chain_id.is_none(),
+            chain_id: chain_id.unwrap_or_default(),
+            diff_ids: r.diff_ids,
+            unknown_layers: r.unknown_layers,
+        }
+    }
+
+    /// A committed snapshot on `parent` that pullgate's own pull unpacked as chain `target`
+    /// and labelled so (containerd's adoption looks it up by the label).
+    fn find_own_chain(tx: &crate::metastore::ReadTx, target: &str, parent: &str) -> Result<Option<String>> {
+        for (k, r) in tx.with_ref(target)? {
+            if r.kind == Kind::Committed && r.parent == parent && tx.own_chain(&k)?.as_deref() == Some(target) {
+                return Ok(Some(k));
+            }
+        }
+        Ok(None)
     }
 
     pub fn mounts(&self, key: &str) -> Result<Vec<Mount>> {
+        if self.own_extraction(key).is_some() {
+            return Err(SnapshotterError::FailedPrecondition(format!(
+                "snapshot {key:?} is being unpacked by pullgate: it cannot be mounted until it is committed"
+            )));
+        }
         self.store.read(|tx| {
             let r = tx.get(key)?.ok_or_else(|| SnapshotterError::NotFound(key.into()))?;
             if r.kind == Kind::Committed {
@@ -348,6 +456,16 @@ impl Snapshotter {
     pub fn commit(&self, name: &str, key: &str, labels: Labels) -> Result<()> {
         validate_key("name", name)?;
         validate_labels(&labels)?;
+        let own = self.own_extraction(key);
+        if let Some(o) = &own {
+            let ns = namespace_of_key(key).unwrap_or_default();
+            if !o.applied || o.namespace != ns || name_of_key(name) != o.chain || namespace_of_key(name).unwrap_or_default() != ns {
+                return Err(SnapshotterError::FailedPrecondition(format!(
+                    "snapshot {key:?} is being unpacked by pullgate: only pullgate commits it, as {}, once its layer is checked",
+                    o.chain
+                )));
+            }
+        }
         self.store.write(|tx| {
             let r = tx.get(key)?.ok_or_else(|| SnapshotterError::NotFound(key.into()))?;
             if r.kind != Kind::Active {
@@ -356,10 +474,30 @@ impl Snapshotter {
             if tx.get(name)?.is_some() {
                 return Err(SnapshotterError::AlreadyExists(name.into()));
             }
+            if own.as_ref().is_some_and(|o| o.id != Some(r.id)) {
+                return Err(SnapshotterError::FailedPrecondition(format!("snapshot {key:?} is not the one pullgate prepared and unpacked")));
+            }
             let (size, inodes) = self.layout.usage(r.id)?;
             tx.delete(key)?;
             let now = now_nanos();
-            tx.put(name, &Record { kind: Kind::Committed, labels, created: now, updated: now, size, inodes, ..r })?;
+            // pullgate's own unpack of a verified layer, on nothing or on its own chain: the
+            // one kind of snapshot another namespace may adopt.
+            let own_chain = match &own {
+                Some(o) if r.parent.is_empty() && o.parent_chain.is_empty() => Some(o.chain.clone()),
+                Some(o) if !r.parent.is_empty() && tx.own_chain(&r.parent)?.as_deref() == Some(o.parent_chain.as_str()) => Some(o.chain.clone()),
+                Some(o) => {
+                    tracing::info!(key, chain = %o.chain, "own unpack on a parent pullgate did not unpack: kept in its namespace only");
+                    None
+                }
+                None => None,
+            };
+            let rec = Record { kind: Kind::Committed, labels, created: now, updated: now, size, inodes, ..r };
+            if let Some(c) = &own_chain {
+                if rec.labels.get(SNAPSHOT_REF_LABEL) == Some(c) && rec.chain_id == *c {
+                    tx.set_own_chain(name, c)?;
+                }
+            }
+            tx.put(name, &rec)?;
             crate::crashpoint::hit("snapshot.commit-staged");
             Ok(())
         })
@@ -430,6 +568,14 @@ impl Snapshotter {
                 }
             }
             validate_labels(&r.labels)?;
+            if let Some(c) = tx.own_chain(&info.name)? {
+                if r.labels.get(SNAPSHOT_REF_LABEL) != Some(&c) {
+                    return Err(SnapshotterError::FailedPrecondition(format!(
+                        "snapshot {:?} is layer chain {c} as pullgate unpacked it: its {SNAPSHOT_REF_LABEL} label cannot change",
+                        info.name
+                    )));
+                }
+            }
             r.updated = now_nanos();
             tx.put(&info.name, &r)?;
             Ok(info_of(&info.name, &r))
@@ -444,13 +590,18 @@ impl Snapshotter {
         let is_ref = |p: &[String]| p.first().is_some_and(|f| f == "labels") && p[1..].join(".") == SNAPSHOT_REF_LABEL;
         let by_ref: Option<Vec<&str>> =
             (!filters.is_empty()).then(|| filters.iter().map(|f| f.required_eq(is_ref)).collect::<Option<Vec<_>>>()).flatten();
+        // For containerd's adoption lookup, which takes the first committed match, pullgate's
+        // own chains come first (a client's snapshot may carry the same label and parent).
         let all = self.store.read(|tx| match &by_ref {
             Some(targets) => {
-                let mut out = Vec::new();
+                let (mut own, mut others) = (Vec::new(), Vec::new());
                 for t in targets.iter().collect::<std::collections::BTreeSet<_>>() {
-                    out.extend(tx.with_ref(t)?);
+                    for (k, r) in tx.with_ref(t)? {
+                        if tx.own_chain(&k)?.as_deref() == Some(*t) { own.push((k, r)) } else { others.push((k, r)) }
+                    }
                 }
-                Ok(out)
+                own.extend(others);
+                Ok(own)
             }
             None => tx.all(),
         })?;
@@ -481,6 +632,7 @@ impl Snapshotter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger;
 
     fn snap() -> (tempfile::TempDir, Snapshotter) {
         let dir = tempfile::tempdir().unwrap();
@@ -579,14 +731,152 @@ mod tests {
         assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t3"#), vec!["b"]);
         s.remove("c").unwrap();
         assert!(names(r#"labels."containerd.io/snapshot.ref"==t2"#).is_empty());
-        // Adoption finds the committed one on its parent only.
+        // Adoption offers none of these: a client made them, whatever their labels say.
         s.store.read(|tx| -> Result<()> {
-            assert_eq!(Snapshotter::find_committed(tx, "t1", "")?, Some("A".to_string()));
-            assert_eq!(Snapshotter::find_committed(tx, "t1", "A")?, None);
-            assert_eq!(Snapshotter::find_committed(tx, "t3", "A")?, None, "active, not committed");
+            assert_eq!(Snapshotter::find_own_chain(tx, "t1", "")?, None);
+            assert_eq!(Snapshotter::find_own_chain(tx, "t3", "A")?, None);
             Ok(())
         })
         .unwrap();
+    }
+
+    fn dg(c: char) -> String {
+        format!("sha256:{}", c.to_string().repeat(64))
+    }
+
+    /// pullgate's own unpack of chain `chain` on `parent` (a backend key) in namespace `ns`,
+    /// committed as `<ns>/<seq>/<chain>`; returns that key.
+    fn own_unpack(s: &Snapshotter, ns: &str, seq: u32, chain: &str, parent: &str, parent_chain: &str) -> String {
+        let name = format!("extract-{seq} {chain}");
+        let key = format!("{ns}/{seq}/{name}");
+        let refl = Labels::from([(SNAPSHOT_REF_LABEL.to_string(), chain.to_string())]);
+        let own = s.begin_own_extraction(ns, &name, chain, parent_chain);
+        s.prepare(&key, parent, refl.clone(), None).unwrap();
+        // Nobody mounts or commits it before pullgate checked the applied layer.
+        assert!(matches!(s.mounts(&key), Err(SnapshotterError::FailedPrecondition(_))));
+        let committed = format!("{ns}/{}/{chain}", seq + 1);
+        assert!(matches!(s.commit(&committed, &key, refl.clone()), Err(SnapshotterError::FailedPrecondition(_))));
+        own.applied();
+        // ...and then only under its chain's name.
+        assert!(matches!(s.commit(&format!("{ns}/{}/other", seq + 1), &key, refl.clone()), Err(SnapshotterError::FailedPrecondition(_))));
+        s.commit(&committed, &key, refl).unwrap();
+        drop(own);
+        committed
+    }
+
+    #[test]
+    fn only_pullgates_own_unpacks_are_offered_to_other_namespaces() {
+        let (_d, s) = snap();
+        let (c1, c2) = (dg('a'), ledger::chain_id(&dg('a'), &dg('b')));
+        let refl = |t: &str| Labels::from([(SNAPSHOT_REF_LABEL.to_string(), t.to_string())]);
+        // A client's snapshots claiming chain c1: a relabelled one, and a hand-filled extraction
+        // committed under the chain's name. Keys sort before the own chain's.
+        s.prepare("B/1/poison", "", Labels::new(), None).unwrap();
+        s.commit("B/2/poisoned", "B/1/poison", refl(&c1)).unwrap();
+        s.prepare(&format!("B/3/extract-x {c1}"), "", refl(&c1), None).unwrap();
+        s.commit(&format!("B/4/{c1}"), &format!("B/3/extract-x {c1}"), refl(&c1)).unwrap();
+        s.store.read(|tx| -> Result<()> {
+            assert_eq!(Snapshotter::find_own_chain(tx, &c1, "")?, None, "a client's snapshot is never adopted");
+            Ok(())
+        })
+        .unwrap();
+        // An extract Prepare in V is not answered ALREADY_EXISTS: V extracts its own.
+        s.prepare(&format!("V/1/extract-y {c1}"), "", refl(&c1), None).unwrap();
+        // pullgate's own unpack in A.
+        let a1 = own_unpack(&s, "A", 10, &c1, "", "");
+        let a2 = own_unpack(&s, "A", 20, &c2, &a1, &c1);
+        s.store.read(|tx| -> Result<()> {
+            assert_eq!(Snapshotter::find_own_chain(tx, &c1, "")?, Some(a1.clone()));
+            assert_eq!(Snapshotter::find_own_chain(tx, &c2, &a1)?, Some(a2.clone()));
+            assert_eq!(Snapshotter::find_own_chain(tx, &c2, "")?, None, "on its own parent only");
+            Ok(())
+        })
+        .unwrap();
+        assert!(matches!(s.prepare(&format!("W/1/extract-z {c1}"), "", refl(&c1), None), Err(SnapshotterError::AlreadyExists(_))));
+        // containerd takes the first committed match of its Walk: the own chain comes first.
+        let first = s.walk(&[format!(r#"labels."containerd.io/snapshot.ref"=={c1},parent=="""#)]).unwrap();
+        assert_eq!(first.iter().filter(|i| i.kind == Kind::Committed).map(|i| i.name.clone()).next(), Some(a1.clone()));
+        // Its label cannot be changed (by any namespace that adopted it), others can.
+        let mut i = s.stat(&a1).unwrap();
+        i.labels.insert(SNAPSHOT_REF_LABEL.into(), dg('z'));
+        assert!(matches!(s.update(&i, &["labels".into()]), Err(SnapshotterError::FailedPrecondition(_))));
+        i.labels.insert(SNAPSHOT_REF_LABEL.into(), c1.clone());
+        i.labels.insert("containerd.io/snapshot/x".into(), "1".into());
+        s.update(&i, &["labels.containerd.io/snapshot/x".into()]).unwrap();
+        // An own unpack on a parent a client made stays in its namespace.
+        let b = own_unpack(&s, "B", 30, &c2, &format!("B/4/{c1}"), &c1);
+        s.store.read(|tx| -> Result<()> {
+            assert_eq!(tx.own_chain(&b)?, None);
+            assert_eq!(tx.own_chain(&a2)?, Some(c2.clone()));
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn an_own_extraction_recreated_by_a_client_is_not_pullgates() {
+        let (_d, s) = snap();
+        let c1 = dg('a');
+        let refl = Labels::from([(SNAPSHOT_REF_LABEL.to_string(), c1.clone())]);
+        let name = format!("extract-u {c1}");
+        let own = s.begin_own_extraction("A", &name, &c1, "");
+        s.prepare(&format!("A/1/{name}"), "", refl.clone(), None).unwrap();
+        // A client of namespace A removes it and prepares the same key again (to fill it by
+        // hand): refused, and so is the same name in another namespace.
+        s.remove(&format!("A/1/{name}")).unwrap();
+        assert!(matches!(s.prepare(&format!("A/2/{name}"), "", refl.clone(), None), Err(SnapshotterError::FailedPrecondition(_))));
+        assert!(matches!(s.prepare(&format!("B/2/{name}"), "", refl.clone(), None), Err(SnapshotterError::FailedPrecondition(_))));
+        own.applied();
+        drop(own);
+        // Re-registered (as a retried pull would) and prepared again by a client before pullgate:
+        // pullgate's Prepare is refused, so the client's snapshot is never committed as its own.
+        let own = s.begin_own_extraction("A", &name, &c1, "");
+        s.prepare(&format!("A/3/{name}"), "", refl.clone(), None).unwrap();
+        s.remove(&format!("A/3/{name}")).unwrap();
+        assert!(s.prepare(&format!("A/4/{name}"), "", refl.clone(), None).is_err());
+        own.applied();
+        drop(own);
+        s.store.read(|tx| -> Result<()> {
+            assert_eq!(Snapshotter::find_own_chain(tx, &c1, "")?, None);
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn the_parent_chain_comes_from_the_record_or_the_committed_name() {
+        let (_d, s) = snap();
+        let c1 = dg('a');
+        // Committed outside an unpack under a chainID name: the name is the chain.
+        s.prepare("B/1/x", "", Labels::new(), None).unwrap();
+        s.commit(&format!("B/2/{c1}"), "B/1/x", Labels::new()).unwrap();
+        // Under another name: unestablished.
+        s.prepare("B/3/y", "", Labels::new(), None).unwrap();
+        s.commit("B/4/made-up", "B/3/y", Labels::new()).unwrap();
+        // An unpack step committed under a name that is not its chain: unestablished.
+        s.prepare(&format!("B/5/extract-1 {c1}"), "", Labels::new(), None).unwrap();
+        s.commit(&format!("B/6/{}", dg('c')), &format!("B/5/extract-1 {c1}"), Labels::new()).unwrap();
+        s.store.read(|tx| -> Result<()> {
+            let pc = |k: &str| Snapshotter::parent_chain(k, tx.get(k).unwrap().unwrap());
+            assert_eq!((pc(&format!("B/2/{c1}")).chain_id, pc(&format!("B/2/{c1}")).unestablished), (c1.clone(), false));
+            assert!(pc("B/4/made-up").unestablished);
+            assert!(pc(&format!("B/6/{}", dg('c'))).unestablished);
+            Ok(())
+        })
+        .unwrap();
+        // So nothing is unpacked onto those two, whatever the layer.
+        let t = ledger::chain_id("B/4/made-up", &dg('b'));
+        let e = s.prepare(&format!("B/7/extract-2 {t}"), "B/4/made-up", Labels::new(), None).unwrap_err();
+        assert!(matches!(e, SnapshotterError::Gate(_)), "{e}");
+        // A container on top of them is the use check's business, as before.
+        s.prepare("B/8/ctr", "B/4/made-up", Labels::new(), None).unwrap();
+    }
+
+    #[test]
+    fn the_snapshot_ref_label_does_not_make_a_prepare_an_unpack() {
+        assert_eq!(extract_target(Kind::Active, "ns/1/ctr-1"), None);
+        assert_eq!(extract_target(Kind::Active, &format!("ns/1/extract-9 {}", dg('a'))), Some(dg('a')));
+        assert_eq!(extract_target(Kind::View, &format!("ns/1/extract-9 {}", dg('a'))), None);
     }
 
     #[test]

@@ -1,0 +1,203 @@
+//! diffid: the only place where a layer blob's layer ID (diffID: the sha256 of its
+//! uncompressed tar) becomes a fact pullgate believes. A [`Hasher`] is fed the blob's bytes as
+//! they stream past (from the origin registry, or read back from containerd's content store),
+//! checks them against the blob's own digest, decompresses them as containerd's applier does
+//! (gzip or zstd recognised by their magic bytes, anything else taken as a plain tar) and hashes
+//! the result. Only a finished `Hasher` makes a [`Verified`] pairing, and only a `Verified`
+//! pairing can be written to the ledger: what an image config lists in `rootfs.diff_ids` stays
+//! a claim until it matches one.
+use sha2::{Digest as _, Sha256};
+use std::io::Write;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiffIdError {
+    #[error("blob {blob}: its bytes hash to {actual}, not to its digest")]
+    DigestMismatch { blob: String, actual: String },
+    #[error("blob {blob}: cannot decompress it as a layer: {reason}")]
+    Corrupt { blob: String, reason: String },
+}
+
+/// A blob digest and the layer ID pullgate computed from that blob's bytes. Its fields are
+/// private: nothing outside this module can make one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    blob: String,
+    diff_id: String,
+}
+
+impl Verified {
+    pub fn blob(&self) -> &str {
+        &self.blob
+    }
+    pub fn diff_id(&self) -> &str {
+        &self.diff_id
+    }
+    /// A pairing for unit tests of the ledger and the gate, which have no blob bytes.
+    #[cfg(test)]
+    pub fn for_test(blob: &str, diff_id: &str) -> Verified {
+        Verified { blob: blob.into(), diff_id: diff_id.into() }
+    }
+}
+
+/// Sha256 of everything written to it.
+struct HashWriter(Sha256);
+
+impl Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+enum Sink {
+    /// Fewer than 4 bytes seen: the compression is not known yet.
+    Sniffing(Vec<u8>),
+    Plain(HashWriter),
+    Gzip(Box<flate2::write::MultiGzDecoder<HashWriter>>),
+    Zstd(Box<zstd::stream::write::Decoder<'static, HashWriter>>),
+}
+
+const GZIP_MAGIC: [u8; 3] = [0x1f, 0x8b, 0x08];
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// Streams one layer blob into its layer ID.
+pub struct Hasher {
+    blob: String,
+    compressed: Sha256,
+    sink: Sink,
+}
+
+impl Hasher {
+    pub fn new(blob: &str) -> Hasher {
+        Hasher { blob: blob.to_string(), compressed: Sha256::new(), sink: Sink::Sniffing(Vec::with_capacity(4)) }
+    }
+
+    fn corrupt(&self, e: impl std::fmt::Display) -> DiffIdError {
+        DiffIdError::Corrupt { blob: self.blob.clone(), reason: e.to_string() }
+    }
+
+    pub fn update(&mut self, chunk: &[u8]) -> Result<(), DiffIdError> {
+        self.compressed.update(chunk);
+        if let Sink::Sniffing(head) = &mut self.sink {
+            head.extend_from_slice(chunk);
+            if head.len() < ZSTD_MAGIC.len() {
+                return Ok(());
+            }
+            let head = std::mem::take(head);
+            self.start(&head)?;
+            return Ok(());
+        }
+        self.feed(chunk)
+    }
+
+    /// Chooses the decompressor from the first bytes (as containerd's DecompressStream does)
+    /// and feeds them to it.
+    fn start(&mut self, head: &[u8]) -> Result<(), DiffIdError> {
+        let out = HashWriter(Sha256::new());
+        self.sink = if head.starts_with(&GZIP_MAGIC) {
+            Sink::Gzip(Box::new(flate2::write::MultiGzDecoder::new(out)))
+        } else if head.starts_with(&ZSTD_MAGIC) {
+            Sink::Zstd(Box::new(zstd::stream::write::Decoder::new(out).map_err(|e| self.corrupt(e))?))
+        } else {
+            Sink::Plain(out)
+        };
+        self.feed(head)
+    }
+
+    fn feed(&mut self, chunk: &[u8]) -> Result<(), DiffIdError> {
+        let r = match &mut self.sink {
+            Sink::Sniffing(_) => Ok(()),
+            Sink::Plain(w) => w.write_all(chunk),
+            Sink::Gzip(d) => d.write_all(chunk),
+            Sink::Zstd(d) => d.write_all(chunk),
+        };
+        r.map_err(|e| self.corrupt(e))
+    }
+
+    /// The pairing, once every byte was fed: the bytes must hash to the blob's digest and
+    /// decompress completely.
+    pub fn finish(mut self) -> Result<Verified, DiffIdError> {
+        let actual = format!("sha256:{}", hex::encode(self.compressed.clone().finalize()));
+        if actual != self.blob {
+            return Err(DiffIdError::DigestMismatch { blob: self.blob, actual });
+        }
+        if let Sink::Sniffing(head) = &mut self.sink {
+            // A blob of fewer than 4 bytes: only a plain tar can be that short.
+            let head = std::mem::take(head);
+            self.start(&head)?;
+        }
+        let sink = std::mem::replace(&mut self.sink, Sink::Sniffing(Vec::new()));
+        let out = match sink {
+            Sink::Sniffing(_) => unreachable!("started above"),
+            Sink::Plain(w) => w,
+            Sink::Gzip(d) => d.finish().map_err(|e| self.corrupt(e))?,
+            Sink::Zstd(mut d) => {
+                d.flush().map_err(|e| self.corrupt(e))?;
+                d.into_inner()
+            }
+        };
+        Ok(Verified { blob: self.blob, diff_id: format!("sha256:{}", hex::encode(out.0.finalize())) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sha(b: &[u8]) -> String {
+        format!("sha256:{}", hex::encode(Sha256::digest(b)))
+    }
+
+    fn hash_in_chunks(blob: &[u8], chunk: usize) -> Result<Verified, DiffIdError> {
+        let mut h = Hasher::new(&sha(blob));
+        for c in blob.chunks(chunk.max(1)) {
+            h.update(c)?;
+        }
+        h.finish()
+    }
+
+    #[test]
+    fn gzip_zstd_and_plain_layers_hash_to_their_uncompressed_digest() {
+        let tar: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&tar).unwrap();
+        let gz = gz.finish().unwrap();
+        let zst = zstd::stream::encode_all(tar.as_slice(), 3).unwrap();
+        for (name, blob) in [("gzip", &gz), ("zstd", &zst), ("plain", &tar)] {
+            for chunk in [1, 3, 4, 5, 4096, 1 << 20] {
+                let v = hash_in_chunks(blob, chunk).unwrap_or_else(|e| panic!("{name}/{chunk}: {e}"));
+                assert_eq!(v.diff_id(), sha(&tar), "{name} in chunks of {chunk}");
+                assert_eq!(v.blob(), sha(blob));
+            }
+        }
+        // Two gzip members, as some tools write: the layer is both, concatenated.
+        let mut two = gz.clone();
+        two.extend_from_slice(&gz);
+        let mut both = tar.clone();
+        both.extend_from_slice(&tar);
+        assert_eq!(hash_in_chunks(&two, 7000).unwrap().diff_id(), sha(&both));
+        // Tiny blobs.
+        assert_eq!(hash_in_chunks(b"ab", 1).unwrap().diff_id(), sha(b"ab"));
+        assert_eq!(hash_in_chunks(b"", 1).unwrap().diff_id(), sha(b""));
+    }
+
+    #[test]
+    fn wrong_bytes_and_broken_streams_make_no_pairing() {
+        let mut h = Hasher::new(&sha(b"other"));
+        h.update(b"plain tar bytes").unwrap();
+        assert!(matches!(h.finish(), Err(DiffIdError::DigestMismatch { .. })));
+        // A gzip stream cut short is not a layer.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&[7u8; 100_000]).unwrap();
+        let gz = gz.finish().unwrap();
+        let cut = &gz[..gz.len() / 2];
+        assert!(matches!(hash_in_chunks(cut, 1000), Err(DiffIdError::Corrupt { .. })));
+        // Garbage after the gzip magic.
+        let mut bad = GZIP_MAGIC.to_vec();
+        bad.extend_from_slice(&[0xff; 64]);
+        assert!(matches!(hash_in_chunks(&bad, 10), Err(DiffIdError::Corrupt { .. })));
+    }
+}
