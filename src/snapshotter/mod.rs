@@ -448,6 +448,11 @@ impl Snapshotter {
                     "snapshot {key:?} is committed: only active and view snapshots have mounts"
                 )));
             }
+            // Mounts is what a task start asks for: the gate decides again, so a container
+            // prepared while a grant was fresh does not start once it is revoked or aged out.
+            let principal = r.labels.get(PRINCIPAL_LABEL).map(String::as_str).unwrap_or_default();
+            let chain = ChainInfo { diff_ids: r.diff_ids.clone(), unknown_layers: r.unknown_layers, ..Default::default() };
+            self.gate.use_chain(tx, &Subject { namespace: &r.namespace, principal }, &chain)?;
             let parents = Self::chain(|k| tx.get(k), &r.parent)?;
             Ok(self.layout.mounts(r.kind, r.id, &parents))
         })
@@ -590,17 +595,19 @@ impl Snapshotter {
         let is_ref = |p: &[String]| p.first().is_some_and(|f| f == "labels") && p[1..].join(".") == SNAPSHOT_REF_LABEL;
         let by_ref: Option<Vec<&str>> =
             (!filters.is_empty()).then(|| filters.iter().map(|f| f.required_eq(is_ref)).collect::<Option<Vec<_>>>()).flatten();
-        // For containerd's adoption lookup, which takes the first committed match, pullgate's
-        // own chains come first (a client's snapshot may carry the same label and parent).
+        // A walk by `containerd.io/snapshot.ref` is containerd's adoption lookup (its own
+        // listings Stat each key instead), which takes the first committed match from any
+        // namespace: it sees pullgate's own chains only, never a snapshot a client labelled.
         let all = self.store.read(|tx| match &by_ref {
             Some(targets) => {
-                let (mut own, mut others) = (Vec::new(), Vec::new());
+                let mut own = Vec::new();
                 for t in targets.iter().collect::<std::collections::BTreeSet<_>>() {
                     for (k, r) in tx.with_ref(t)? {
-                        if tx.own_chain(&k)?.as_deref() == Some(*t) { own.push((k, r)) } else { others.push((k, r)) }
+                        if tx.own_chain(&k)?.as_deref() == Some(*t) {
+                            own.push((k, r));
+                        }
                     }
                 }
-                own.extend(others);
                 Ok(own)
             }
             None => tx.all(),
@@ -708,8 +715,8 @@ mod tests {
     fn snapshot_ref_lookups_follow_labels() {
         let (_d, s) = snap();
         let refl = |t: &str| Labels::from([(SNAPSHOT_REF_LABEL.to_string(), t.to_string())]);
-        let names = |f: &str| {
-            let mut v: Vec<String> = s.walk(&[f.to_string()]).unwrap().into_iter().map(|i| i.name).collect();
+        let names = |t: &str| {
+            let mut v: Vec<String> = s.store.read(|tx| tx.with_ref(t)).unwrap().into_iter().map(|(k, _)| k).collect();
             v.sort();
             v
         };
@@ -717,9 +724,10 @@ mod tests {
         s.commit("A", "a", refl("t1")).unwrap();
         s.prepare("b", "A", refl("t2"), None).unwrap();
         s.prepare("c", "A", refl("t2"), None).unwrap();
-        assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t1"#), vec!["A"]);
-        assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t2,parent==A"#), vec!["b", "c"]);
-        assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t2,name==c"#), vec!["c"]);
+        assert_eq!(names("t1"), vec!["A"]);
+        assert_eq!(names("t2"), vec!["b", "c"]);
+        // A walk by snapshot.ref (containerd's adoption lookup) sees no snapshot a client made.
+        assert!(s.walk(&[r#"labels."containerd.io/snapshot.ref"==t1"#.into()]).unwrap().is_empty());
         // OR-ed filters, one of which names no snapshot.ref, read everything.
         let both = s.walk(&[r#"labels."containerd.io/snapshot.ref"==t1"#.into(), "name==c".into()]).unwrap();
         assert_eq!(both.len(), 2);
@@ -727,10 +735,10 @@ mod tests {
         let mut i = s.stat("b").unwrap();
         i.labels = refl("t3");
         s.update(&i, &["labels".into()]).unwrap();
-        assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t2"#), vec!["c"]);
-        assert_eq!(names(r#"labels."containerd.io/snapshot.ref"==t3"#), vec!["b"]);
+        assert_eq!(names("t2"), vec!["c"]);
+        assert_eq!(names("t3"), vec!["b"]);
         s.remove("c").unwrap();
-        assert!(names(r#"labels."containerd.io/snapshot.ref"==t2"#).is_empty());
+        assert!(names("t2").is_empty());
         // Adoption offers none of these: a client made them, whatever their labels say.
         s.store.read(|tx| -> Result<()> {
             assert_eq!(Snapshotter::find_own_chain(tx, "t1", "")?, None);
@@ -793,9 +801,9 @@ mod tests {
         })
         .unwrap();
         assert!(matches!(s.prepare(&format!("W/1/extract-z {c1}"), "", refl(&c1), None), Err(SnapshotterError::AlreadyExists(_))));
-        // containerd takes the first committed match of its Walk: the own chain comes first.
-        let first = s.walk(&[format!(r#"labels."containerd.io/snapshot.ref"=={c1},parent=="""#)]).unwrap();
-        assert_eq!(first.iter().filter(|i| i.kind == Kind::Committed).map(|i| i.name.clone()).next(), Some(a1.clone()));
+        // containerd takes the first committed match of its Walk: it sees the own chain only.
+        let found = s.walk(&[format!(r#"labels."containerd.io/snapshot.ref"=={c1},parent=="""#)]).unwrap();
+        assert_eq!(found.into_iter().map(|i| i.name).collect::<Vec<_>>(), vec![a1.clone()]);
         // Its label cannot be changed (by any namespace that adopted it), others can.
         let mut i = s.stat(&a1).unwrap();
         i.labels.insert(SNAPSHOT_REF_LABEL.into(), dg('z'));
@@ -870,6 +878,26 @@ mod tests {
         assert!(matches!(e, SnapshotterError::Gate(_)), "{e}");
         // A container on top of them is the use check's business, as before.
         s.prepare("B/8/ctr", "B/4/made-up", Labels::new(), None).unwrap();
+    }
+
+    #[test]
+    fn mounts_asks_the_gate_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = std::sync::Arc::new(Gate::new(crate::gate::GateConfig { policy: crate::gate::Policy::AlwaysVerify, ..Default::default() }));
+        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, gate).unwrap();
+        // A chain pullgate has no record of, prepared under NeverVerify's rules by a record
+        // that says so: under AlwaysVerify its container may not start.
+        s.prepare("n/1/base", "", Labels::new(), None).unwrap();
+        s.store
+            .write(|tx| -> Result<()> {
+                let mut r = tx.get("n/1/base")?.unwrap();
+                r.unknown_layers = 1;
+                tx.put("n/1/base", &r)?;
+                Ok(())
+            })
+            .unwrap();
+        let e = s.mounts("n/1/base").unwrap_err();
+        assert!(matches!(e, SnapshotterError::Gate(_)), "{e}");
     }
 
     #[test]
