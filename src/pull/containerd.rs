@@ -181,30 +181,26 @@ impl Containerd {
         Ok(())
     }
 
-    /// Streams a blob of the namespace, chunk by chunk: `f` gets each chunk in order.
-    pub async fn read_each<E: From<ContainerdError>>(&self, digest: &str, mut f: impl FnMut(&[u8]) -> std::result::Result<(), E>) -> std::result::Result<(), E> {
-        let mut stream = ContentClient::new(self.channel.clone())
+    /// Opens a blob of the namespace for reading; `ContentReader::next_chunk` gives its bytes.
+    pub async fn reader(&self, digest: &str) -> Result<ContentReader> {
+        let stream = ContentClient::new(self.channel.clone())
             .read(self.req(ReadContentRequest { digest: digest.to_string(), offset: 0, size: 0 }))
             .await
             .map_err(err(format!("read content {digest}")))?
             .into_inner();
-        while let Some(chunk) = stream.next().await {
-            f(&chunk.map_err(err(format!("read content {digest}")))?.data)?;
-        }
-        Ok(())
+        Ok(ContentReader { stream, digest: digest.to_string() })
     }
 
     /// Reads a whole blob of at most `cap` bytes.
     pub async fn read_content(&self, digest: &str, cap: usize) -> Result<Vec<u8>> {
         let mut out = Vec::new();
-        self.read_each(digest, |c| {
+        let mut r = self.reader(digest).await?;
+        while let Some(c) = r.next_chunk().await? {
             if out.len() + c.len() > cap {
                 return Err(ContainerdError { context: format!("read content {digest}"), status: format!("larger than {cap} bytes"), code: Code::OutOfRange });
             }
-            out.extend_from_slice(c);
-            Ok(())
-        })
-        .await?;
+            out.extend_from_slice(&c);
+        }
         Ok(out)
     }
 
@@ -343,6 +339,21 @@ impl Containerd {
         let r = ApplyRequest { diff: Some(layer), mounts, payloads: HashMap::new(), sync_fs: false };
         let resp = DiffClient::new(self.channel.clone()).apply(self.req(r)).await.map_err(err(format!("apply layer {d}")))?;
         Ok(resp.into_inner().applied.map(|a| a.digest).unwrap_or_default())
+    }
+}
+
+/// A blob being read from the content store.
+pub struct ContentReader {
+    stream: tonic::Streaming<containerd_client::services::v1::ReadContentResponse>,
+    digest: String,
+}
+
+impl ContentReader {
+    pub async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        match self.stream.next().await {
+            Some(c) => Ok(Some(c.map_err(err(format!("read content {}", self.digest)))?.data)),
+            None => Ok(None),
+        }
     }
 }
 

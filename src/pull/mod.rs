@@ -426,11 +426,11 @@ impl Puller {
     /// from the same bytes.
     async fn fetch(sess: &mut Session, cd: &Containerd, b: &Blob, keep: bool, hash: bool) -> Result<Option<Verified>> {
         let mut reader = sess.open_blob(&b.digest, b.size).await?;
-        let mut hasher = hash.then(|| diffid::Hasher::new(&b.digest));
+        let mut hasher = hash.then(|| BackgroundHasher::new(&b.digest));
         let mut w = keep.then(|| cd.writer(&b.digest, b.size));
         while let Some(chunk) = reader.next_chunk().await? {
             if let Some(h) = &mut hasher {
-                h.update(&chunk)?;
+                h.update(chunk.clone()).await;
             }
             if let Some(w) = &mut w {
                 w.write(&chunk).await?;
@@ -439,14 +439,59 @@ impl Puller {
         if let Some(w) = w {
             w.commit(HashMap::new()).await?;
         }
-        Ok(hasher.map(diffid::Hasher::finish).transpose()?)
+        match hasher {
+            Some(h) => Ok(Some(h.finish().await?)),
+            None => Ok(None),
+        }
     }
 
     /// The layer ID of a blob already in the namespace's content store (local work only).
     async fn hash_from_store(cd: &Containerd, digest: &str) -> Result<Verified> {
-        let mut h = diffid::Hasher::new(digest);
-        cd.read_each(digest, |c| h.update(c).map_err(PullError::from)).await?;
-        Ok(h.finish()?)
+        let mut h = BackgroundHasher::new(digest);
+        let mut r = cd.reader(digest).await?;
+        while let Some(c) = r.next_chunk().await? {
+            h.update(bytes::Bytes::from(c)).await;
+        }
+        h.finish().await
+    }
+}
+
+/// A [`diffid::Hasher`] fed from async code but run on the blocking pool: decompressing is CPU
+/// work (and a hostile layer may be a decompression bomb), which must not hold the runtime's
+/// workers that serve containerd's snapshot requests.
+struct BackgroundHasher {
+    tx: Option<tokio::sync::mpsc::Sender<bytes::Bytes>>,
+    task: tokio::task::JoinHandle<std::result::Result<Verified, DiffIdError>>,
+}
+
+impl BackgroundHasher {
+    fn new(blob: &str) -> BackgroundHasher {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
+        let mut h = diffid::Hasher::new(blob);
+        let task = tokio::task::spawn_blocking(move || {
+            while let Some(c) = rx.blocking_recv() {
+                h.update(&c)?;
+            }
+            h.finish()
+        });
+        BackgroundHasher { tx: Some(tx), task }
+    }
+
+    /// Queues a chunk. If hashing already failed, the chunk is dropped: `finish` reports why.
+    async fn update(&mut self, chunk: bytes::Bytes) {
+        if let Some(tx) = &self.tx {
+            if tx.send(chunk).await.is_err() {
+                self.tx = None;
+            }
+        }
+    }
+
+    async fn finish(mut self) -> Result<Verified> {
+        self.tx = None;
+        match self.task.await {
+            Ok(r) => Ok(r?),
+            Err(e) => Err(PullError::BadImage { image: String::new(), reason: format!("layer hashing failed: {e}") }),
+        }
     }
 }
 
