@@ -19,6 +19,7 @@ SNAP=(snapshots --snapshotter pullgate)
 
 log "containerd $V: registration"
 plugin_line() { ctr_ plugins ls | grep -E 'io.containerd.snapshotter.v1 +pullgate '; }
+check_containerd_version "$V"
 check_out "ctr plugins ls shows pullgate ok" " ok" plugin_line
 check "snapshotter socket is 0600" test "$(stat -c %a "$PG/snapshotter.sock")" = 600
 check "root is 0700" test "$(stat -c %a "$PG/root")" = 700
@@ -69,6 +70,9 @@ check "pullgate's snapshot directories are gone" test "$(ndirs)" -eq 0
 log "containerd $V: a second namespace pulls and runs again after GC"
 check "pull into namespace e2e2" ctr_ -n e2e2 images pull --plain-http --snapshotter pullgate "$IMG"
 check_out "run in namespace e2e2" "hello from pullgate e2e" ctr_ -n e2e2 run --rm --snapshotter pullgate "$IMG" run3
-check "pullgate took the namespace from the key prefix" grep -q 'namespace=e2e2 ' "$PG/log"
+# What this shows: pullgate attributed e2e2's requests to e2e2. End to end it cannot tell the key
+# prefix from the containerd-namespace header (1.7+ send both; the unit tests of
+# namespace_of_key cover the prefix alone).
+check "pullgate's log attributes namespace e2e2's snapshot requests to namespace e2e2" grep -q 'namespace=e2e2 ' "$PG/log"
 
 summary "e2e snapshotter (containerd $V)"

@@ -34,8 +34,51 @@ check_err() {
   local out; out=$("$@" 2>&1); local rc=$?
   if [ $rc -ne 0 ] && grep -qiE -- "$pat" <<<"$out"; then pass "$d"; else fail "$d (rc=$rc, want /$pat/, got: $(head -c 600 <<<"$out"))"; fi
 }
+# check_refused DESC PATTERN LEAK CMD...: passes when CMD fails, its output matches the ERE
+# PATTERN, and it does not contain LEAK (what the refused container or image would have printed,
+# e.g. its private /msg; empty: not checked). For refusals of a run or an unpack: the exit code
+# and the message alone would pass a run that printed the private content and then failed.
+check_refused() {
+  local d=$1 pat=$2 leak=$3; shift 3
+  local out; out=$("$@" 2>&1); local rc=$?
+  if [ $rc -eq 0 ] || ! grep -qiE -- "$pat" <<<"$out"; then fail "$d (rc=$rc, want a failure saying /$pat/, got: $(head -c 600 <<<"$out"))"
+  elif [ -n "$leak" ] && grep -qF -- "$leak" <<<"$out"; then fail "$d: refused, but the output carries '$leak': $(head -c 600 <<<"$out")"
+  else pass "$d"; fi
+}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# launch_on_free_ports N FN: free_port only names a port that was free a moment ago; another
+# process may bind it before our server does. So: picks N free ports into PORT_1..PORT_N and
+# calls FN, which starts the server(s) on them in the background (appending each pid to PIDS and
+# to LAUNCHED) and returns 0 once they answer. When FN fails, or a server it started has exited
+# (lost its port: it answered only because another process holds that port), its servers are
+# stopped and FN is called again on new ports; up to 5 tries.
+launch_on_free_ports() {
+  local n=$1 fn=$2 try i p alive
+  for try in 1 2 3 4 5; do
+    for ((i = 1; i <= n; i++)); do printf -v "PORT_$i" '%s' "$(free_port)"; done
+    LAUNCHED=()
+    if "$fn"; then
+      sleep 0.2
+      alive=1; for p in "${LAUNCHED[@]}"; do kill -0 "$p" 2>/dev/null || alive=0; done
+      [ $alive -eq 1 ] && return 0
+    fi
+    for p in "${LAUNCHED[@]}"; do kill "$p" 2>/dev/null; done
+    echo "  (try $try: a server on port(s) $(for ((i = 1; i <= n; i++)); do v=PORT_$i; printf '%s ' "${!v}"; done)did not come up; new ports)" >&2
+  done
+  return 1
+}
+
+# wait_serving SECONDS CMD...: like wait_for, but gives up at once when a server in LAUNCHED
+# has exited (it could not bind its port).
+wait_serving() {
+  local t=$1; shift; local end=$((SECONDS + t)) p
+  until "$@" >/dev/null 2>&1; do
+    for p in "${LAUNCHED[@]}"; do kill -0 "$p" 2>/dev/null || return 1; done
+    [ $SECONDS -ge $end ] && return 1; sleep 0.1
+  done
+}
 
 wait_for() { # wait_for SECONDS CMD...
   local t=$1; shift; local end=$((SECONDS + t))
@@ -73,50 +116,59 @@ YML
 }
 
 # start_registry NAME [htpasswd USER PASS [USER PASS...]]: anonymous (or Basic-auth) registry.
-# Sets REG_<NAME>=127.0.0.1:PORT.
+# Sets REG_<NAME>=127.0.0.1:PORT. A port taken between free_port and the bind is retried.
 start_registry() {
-  local name=$1 mode=${2:-} port; port=$(free_port)
+  local name=$1 mode=${2:-}
   local dir=$WORK/registry-$name; mkdir -p "$dir/data"
-  local auth=""
+  _REG_AUTH=""
   if [ "$mode" = htpasswd ]; then
     htpasswd -Bbc "$dir/htpasswd" "$3" "$4" >/dev/null 2>&1
     local extra=("${@:5}") i
     for ((i = 0; i + 1 < ${#extra[@]}; i += 2)); do htpasswd -Bb "$dir/htpasswd" "${extra[i]}" "${extra[i+1]}" >/dev/null 2>&1; done
-    auth="auth:
+    _REG_AUTH="auth:
   htpasswd:
     realm: pullgate-test
     path: $dir/htpasswd"
   fi
-  registry_config "$dir" "$port" "$auth"
-  docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 &
-  PIDS+=($!)
-  wait_for 20 curl -sf -o /dev/null -w '' "http://127.0.0.1:$port/v2/" || wait_for 1 curl -s "http://127.0.0.1:$port/v2/" \
-    || { echo "registry $name did not start:"; cat "$dir/log"; return 1; }
-  printf -v "REG_$name" '%s' "127.0.0.1:$port"
+  _REG_DIR=$dir
+  launch_on_free_ports 1 _launch_registry || { echo "registry $name did not start:"; cat "$dir/log"; return 1; }
+  printf -v "REG_$name" '%s' "127.0.0.1:$PORT_1"
+}
+_launch_registry() {
+  registry_config "$_REG_DIR" "$PORT_1" "$_REG_AUTH"
+  docker-registry serve "$_REG_DIR/config.yml" >>"$_REG_DIR/log" 2>&1 &
+  PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 20 curl -s -o /dev/null "http://127.0.0.1:$PORT_1/v2/"
 }
 
 # start_token_registry NAME ACL_JSON: a registry with token auth and its token server.
-# Sets REG_<NAME>=127.0.0.1:PORT; the token server logs to $WORK/registry-NAME/token.log.
+# Sets REG_<NAME>=127.0.0.1:PORT; the token server logs requests to $WORK/registry-NAME/token.log
+# and every token it issues (jti and the token itself) to $WORK/registry-NAME/tokens.log, which
+# only the tests read (to search pullgate's and containerd's files for a leaked token).
 start_token_registry() {
-  local name=$1 acl=$2 port tport; port=$(free_port); tport=$(free_port)
+  local name=$1 acl=$2
   local dir=$WORK/registry-$name; mkdir -p "$dir/data"
   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$dir/key.pem" -out "$dir/cert.pem" -days 2 \
     -subj "/CN=pullgate-test-token" >/dev/null 2>&1
   cp "$acl" "$dir/acl.json"
+  _REG_DIR=$dir
+  launch_on_free_ports 2 _launch_token_registry || { echo "token registry $name did not start:"; cat "$dir/log" "$dir/token.out"; return 1; }
+  printf -v "REG_$name" '%s' "127.0.0.1:$PORT_1"
+}
+_launch_token_registry() {
+  local dir=$_REG_DIR port=$PORT_1 tport=$PORT_2
   /usr/bin/python3 "$REPO/tests/tokenserver.py" --port "$tport" --key "$dir/key.pem" --cert "$dir/cert.pem" \
-    --config "$dir/acl.json" --log "$dir/token.log" >"$dir/token.out" 2>&1 &
-  PIDS+=($!)
+    --config "$dir/acl.json" --log "$dir/token.log" --tokens "$dir/tokens.log" >>"$dir/token.out" 2>&1 &
+  PIDS+=($!); LAUNCHED+=($!)
   registry_config "$dir" "$port" "auth:
   token:
     realm: http://127.0.0.1:$tport/token
     service: pullgate-test-registry
     issuer: pullgate-test-issuer
     rootcertbundle: $dir/cert.pem"
-  docker-registry serve "$dir/config.yml" >"$dir/log" 2>&1 &
-  PIDS+=($!)
-  wait_for 20 bash -c "curl -s -o /dev/null http://127.0.0.1:$port/v2/ && curl -s -o /dev/null 'http://127.0.0.1:$tport/token?service=x'" \
-    || { echo "token registry $name did not start:"; cat "$dir/log" "$dir/token.out"; return 1; }
-  printf -v "REG_$name" '%s' "127.0.0.1:$port"
+  docker-registry serve "$dir/config.yml" >>"$dir/log" 2>&1 &
+  PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 20 bash -c "curl -s -o /dev/null http://127.0.0.1:$port/v2/ && curl -s -o /dev/null 'http://127.0.0.1:$tport/token?service=x'"
 }
 
 # push_image LAYOUT_DIR TAG HOST/REPO:TAG [USER:PASS] [--all]: with --all the layout's index
@@ -208,6 +260,9 @@ start_containerd() {
 
 ctr_() { "${CTR[@]}" "$@"; }
 
+# not CMD...: succeeds when CMD fails (for `check`, which runs a command, not a pipeline).
+not() { ! "$@"; }
+
 # settle_gc NS: makes containerd collect garbage now and waits for it (deleting a lease with
 # --sync does both). Called after a refused unpack in NS: it had adopted layers into NS under
 # its lease, and containerd's unpacker trusts a chain it finds by Stat without leasing it, so a
@@ -216,6 +271,92 @@ ctr_() { "${CTR[@]}" "$@"; }
 settle_gc() {
   local ns=$1 id="settle-$RANDOM$RANDOM"
   ctr_ -n "$ns" leases create --id "$id" >/dev/null && ctr_ -n "$ns" leases delete --sync "$id" >/dev/null
+}
+
+# pg_grants NS: `pullgate grants -n NS` against this run's daemon ($PG).
+pg_grants() { "$PG_BIN" grants --address "$PG/api.sock" -n "$1"; }
+
+# grant_count NS: prints how many grants NS holds; fails (printing why on stderr) when
+# `pullgate grants` fails or does not print its header: an empty answer is not "no grant".
+grant_count() {
+  local out rc; out=$(pg_grants "$1" 2>&1); rc=$?
+  if [ $rc -ne 0 ] || [ "$(head -1 <<<"$out" | awk '{print $1}')" != NAMESPACE ]; then
+    echo "pullgate grants -n $1 failed (rc=$rc): $(head -c 300 <<<"$out")" >&2; return 1
+  fi
+  echo $(($(wc -l <<<"$out") - 1))
+}
+
+# no_grants NS: `pullgate grants -n NS` succeeds, prints its header and lists no grant.
+no_grants() { local n; n=$(grant_count "$1") && [ "$n" -eq 0 ]; }
+
+# check_no_grants DESC NS: no_grants as a check, saying what it found when it fails.
+check_no_grants() {
+  local d=$1 n; n=$(grant_count "$2" 2>&1)
+  if [ "$n" = 0 ]; then pass "$d"; else fail "$d (${n} grant(s))"; fi
+}
+
+# steal_blob NS DIGEST [OUT]: the digest-adoption attack: adopts a blob into NS by its digest
+# alone (an empty write), pins it with a gc.root label and, with OUT, reads it into OUT.
+# containerd's GC may collect the unreferenced blob between the ingest and the label (seen
+# under 2.1), so the attacker simply tries again, as a real one would.
+steal_blob() {
+  local ns=$1 d=$2 out=${3:-} try
+  [ -f "$WORK/empty" ] || : > "$WORK/empty"   # a regular file: ctr's ingest seeks in its input
+  for try in 1 2 3 4 5; do
+    ctr_ -n "$ns" content ingest --expected-digest "$d" "steal-$d" <"$WORK/empty" >/dev/null 2>&1
+    ctr_ -n "$ns" content label "$d" containerd.io/gc.root=stolen >/dev/null 2>&1 || continue
+    [ -z "$out" ] && return 0
+    ctr_ -n "$ns" content get "$d" >"$out" 2>/dev/null && return 0
+  done
+  return 1
+}
+
+# chain_of DIFFID...: the chainID of layers with these diffIDs, base first.
+chain_of() {
+  local c=$1 d; shift
+  for d in "$@"; do c="sha256:$(printf '%s %s' "$c" "$d" | sha256sum | cut -d' ' -f1)"; done
+  echo "$c"
+}
+
+# image_top_chain NS IMAGE: the chainID of IMAGE's top layer, from the manifest and config that
+# containerd holds for it in NS (linux/amd64 of an index).
+image_top_chain() {
+  local ns=$1 im=$2 dig json
+  dig=$(ctr_ -n "$ns" images ls | awk -v n="$im" 'NR>1 && $1==n {print $3}')
+  [ -n "$dig" ] || return 1
+  json=$(ctr_ -n "$ns" content get "$dig") || return 1
+  if grep -q '"manifests"' <<<"$json"; then
+    dig=$(python3 -c 'import json,sys; m=json.load(sys.stdin)["manifests"]; print(next(x["digest"] for x in m if x.get("platform",{}).get("architecture","amd64")=="amd64"))' <<<"$json") || return 1
+    json=$(ctr_ -n "$ns" content get "$dig") || return 1
+  fi
+  dig=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["config"]["digest"])' <<<"$json") || return 1
+  # shellcheck disable=SC2046
+  chain_of $(ctr_ -n "$ns" content get "$dig" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["rootfs"]["diff_ids"]))')
+}
+
+# image_unpacked NS IMAGE: containerd says IMAGE is complete and unpacked into pullgate in NS
+# (`ctr images check`: STATUS "complete (n/n)", UNPACKED true), and the snapshot of its top
+# chain is committed there (a Stat through containerd, in NS). Prints what it found on failure.
+image_unpacked() {
+  local ns=$1 im=$2 line chain
+  line=$(ctr_ -n "$ns" images check --snapshotter pullgate "name==$im" 2>&1 | awk -v n="$im" '$1==n')
+  if ! [[ "$line" =~ (^|[[:space:]])complete\ \(([0-9]+)/([0-9]+)\) ]] || [ "${BASH_REMATCH[2]}" != "${BASH_REMATCH[3]}" ] \
+     || [ "$(awk '{print $NF}' <<<"$line")" != true ]; then
+    echo "images check: ${line:-no line for $im}"; return 1
+  fi
+  chain=$(image_top_chain "$ns" "$im") || { echo "no top chain for $im"; return 1; }
+  ctr_ -n "$ns" snapshots --snapshotter pullgate info "$chain" 2>&1 | grep -q '"Kind": "Committed"' \
+    || { echo "top chain $chain is not a committed snapshot in $ns"; return 1; }
+}
+
+# check_containerd_version V: the containerd this test started is the version it is named after.
+check_containerd_version() {
+  local v=$1 got
+  got=$(ctr_ version 2>/dev/null | awk '/^Server:/ {s=1} s && $1=="Version:" {print $2; exit}')
+  case $got in
+    "$v".*) pass "the running containerd is $got (the test is for $v)" ;;
+    *) fail "the running containerd is '${got:-unknown}', not $v" ;;
+  esac
 }
 
 summary() {

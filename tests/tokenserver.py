@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A distribution token server for pullgate's tests (docker-registry `auth: token`).
 
-  tokenserver.py --port P --key KEY.pem --cert CERT.pem --config ACL.json --log FILE
+  tokenserver.py --port P --key KEY.pem --cert CERT.pem --config ACL.json --log FILE [--tokens FILE]
 
 ACL.json: {"users": {"name": "password"}, "access": {"name": ["repo/prefix/*", "exact/repo"]},
            "anonymous": ["public/*"], "push": ["admin"]}
@@ -9,7 +9,9 @@ Answers GET /token (Basic or anonymous) and the OAuth2 password-grant POST /toke
 {"token", "access_token", "expires_in", "issued_at"}: an RS256 JWT whose header kid is the
 libtrust key id of the certificate's key. A valid user without access to the repository gets a
 token with an empty access list (the registry then answers 401 insufficient_scope); a wrong
-password gets 401. Every request is logged (method, path, user; never passwords).
+password gets 401. Every request is logged (method, path, user; never passwords). With --tokens,
+every issued token is also written to that file ("<jti> <token>" per line), for the tests only:
+they search pullgate's and containerd's files and logs for it (a leaked bearer token).
 """
 import argparse, base64, fnmatch, hashlib, json, sys, time, uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,10 +36,12 @@ def main():
     ap.add_argument("--config", required=True)
     ap.add_argument("--log", required=True)
     ap.add_argument("--issuer", default="pullgate-test-issuer")
+    ap.add_argument("--tokens", help="write every issued token (jti and token) to this file")
     a = ap.parse_args()
     key = open(a.key, "rb").read()
     kid = libtrust_kid(x509.load_pem_x509_certificate(open(a.cert, "rb").read()))
     logf = open(a.log, "a", buffering=1)
+    tokf = open(a.tokens, "a", buffering=1) if a.tokens else None
 
     def allowed(user, repo, action):
         acl = json.load(open(a.config))
@@ -75,6 +79,8 @@ def main():
             claims = {"iss": a.issuer, "sub": user or "", "aud": service, "exp": now + 300, "nbf": now - 10,
                       "iat": now, "jti": str(uuid.uuid4()), "access": access}
             tok = jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
+            if tokf:
+                tokf.write(f"{claims['jti']} {tok}\n")
             body = {"token": tok, "access_token": tok, "expires_in": 300,
                     "issued_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
             logf.write(f"{self.command} /token user={user or '-'} scopes={' '.join(scopes)} granted={json.dumps(access)} "
