@@ -5,6 +5,11 @@ Mode "serve" (default): serves one manifest (given as a file) under
 /v2/<repo>/manifests/<tag or its digest>, answers /v2/ with 200, and 404 for every blob: the
 manifest names blobs (another tenant's private config and layers) it cannot serve.
 
+Mode "vouch": like "serve", but answers HEAD of any blob with 200 (as if it held it; the
+Content-Length is the size the manifest gives the blob, else 0) while a GET of a blob is still
+404: a registry that vouches for blobs it cannot serve. Every request is logged, as in "serve";
+the query string (containerd's ?ns=<host> for a hosts.toml [host] entry) is ignored.
+
 Hostile modes ask for Basic credentials first (so that the client has some to leak), then:
   wrong-digest   serves other bytes than the digest asked for
   huge           a manifest of 5 MiB (over pullgate's 4 MiB cap)
@@ -17,10 +22,10 @@ Hostile modes ask for Basic credentials first (so that the client has some to le
   evilregistry.py --port P --repo evil/app --tag v1 --manifest FILE --log FILE
                   [--mode MODE] [--away-port P2]
 """
-import argparse, hashlib, threading, time
+import argparse, hashlib, json, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MODES = ["serve", "wrong-digest", "huge", "redirect-away", "redirect-loop", "bad-challenge", "trickle"]
+MODES = ["serve", "vouch", "wrong-digest", "huge", "redirect-away", "redirect-loop", "bad-challenge", "trickle"]
 
 
 def main():
@@ -36,6 +41,15 @@ def main():
     body = open(a.manifest, "rb").read()
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
     logf = open(a.log, "a", buffering=1)
+    sizes = {}
+    if a.mode == "vouch":
+        try:
+            m = json.loads(body)
+            for d in [m.get("config", {})] + m.get("layers", []):
+                if "digest" in d:
+                    sizes[d["digest"]] = int(d.get("size", 0))
+        except (ValueError, AttributeError):
+            pass
 
     class H(BaseHTTPRequestHandler):
         def log_message(self, *args):
@@ -88,7 +102,10 @@ def main():
 
         def answer(self, send_body):
             logf.write(f"{self.command} {self.path}\n")
-            if a.mode != "serve" and self.hostile(send_body):
+            if a.mode == "vouch":
+                # containerd adds ?ns=<host> when it reaches this server through a [host] entry.
+                self.path = self.path.split("?", 1)[0]
+            if a.mode not in ("serve", "vouch") and self.hostile(send_body):
                 return
             if self.path == "/v2/":
                 self.send_response(200)
@@ -103,6 +120,14 @@ def main():
                 self.end_headers()
                 if send_body:
                     self.wfile.write(body)
+                return
+            blob = self.path.rsplit("/blobs/", 1)
+            if a.mode == "vouch" and not send_body and len(blob) == 2 and self.path.startswith(f"/v2/{a.repo}/blobs/"):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Docker-Content-Digest", blob[1])
+                self.send_header("Content-Length", str(sizes.get(blob[1], 0)))
+                self.end_headers()
                 return
             self.send_response(404)
             self.send_header("Content-Type", "application/json")

@@ -2,6 +2,7 @@
 """Writes a byte-for-byte reproducible OCI image layout for pullgate's tests and benchmarks.
 
   mkimage.py DIR --tag TAG [--message TEXT] [--extra-layers N --layer-mb MB --seed S]
+             [--base-note TEXT] [--claim-diff-ids D1,D2,...]
 
 The image has busybox (Debian's busybox-static) in its base layer, a layer that a later layer
 whites out, and a top layer with /msg. Its command prints /msg and lists /etc/pullgate-test:
@@ -9,6 +10,11 @@ whites out, and a top layer with /msg. Its command prints /msg and lists /etc/pu
   two
 --extra-layers adds N layers of MB megabytes of seeded random (incompressible) data each, for
 benchmarks. The same arguments always give the same digests.
+--base-note adds /etc/base-note (TEXT) to the base layer, so that the image's base layer (and
+every chain) differs from every other image's (by default all images share the busybox base).
+--claim-diff-ids writes the given diffIDs into the config's rootfs.diff_ids instead of the
+real ones (an attacker's forged config: the manifest still lists this image's own layer blobs);
+it must name one diffID per layer. Without these options the output is unchanged.
 """
 import argparse, gzip, hashlib, io, json, os, random, tarfile
 
@@ -50,6 +56,8 @@ def main():
     ap.add_argument("--extra-layers", type=int, default=0)
     ap.add_argument("--layer-mb", type=float, default=10)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--base-note", help="add /etc/base-note with this text to the base layer")
+    ap.add_argument("--claim-diff-ids", help="comma-separated diffIDs to write into the config instead of the real ones")
     ap.add_argument("--nested-index", action="store_true",
                     help="tag an image index (one linux/amd64 entry) instead of the manifest")
     a = ap.parse_args()
@@ -59,7 +67,8 @@ def main():
     layers = [
         [("bin", "dir", None, 0o755), ("bin/busybox", "file", bb, 0o755)]
         + [("bin/" + x, "sym", "busybox", 0o777) for x in APPLETS]
-        + [("etc", "dir", None, 0o755), ("tmp", "dir", None, 0o1777)],
+        + [("etc", "dir", None, 0o755), ("tmp", "dir", None, 0o1777)]
+        + ([("etc/base-note", "file", (a.base_note + "\n").encode(), 0o644)] if a.base_note is not None else []),
         [("etc/pullgate-test", "dir", None, 0o755), ("etc/pullgate-test/one", "file", b"layer two\n", 0o644)],
         [("etc/pullgate-test", "dir", None, 0o755), ("etc/pullgate-test/.wh.one", "file", b"", 0o644),
          ("etc/pullgate-test/two", "file", b"layer three\n", 0o644)],
@@ -81,6 +90,11 @@ def main():
             g.write(raw)
         d, n = blob(out, zbuf.getvalue())
         descs.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": d, "size": n})
+    if a.claim_diff_ids is not None:
+        claimed = [x.strip() for x in a.claim_diff_ids.split(",") if x.strip()]
+        if len(claimed) != len(diff_ids):
+            ap.error(f"--claim-diff-ids names {len(claimed)} diffIDs for {len(diff_ids)} layers")
+        diff_ids = claimed
     config = {
         "architecture": "amd64", "os": "linux", "created": "2026-01-01T00:00:00Z",
         "config": {"Cmd": ["/bin/sh", "-c", "cat /msg; ls /etc/pullgate-test"], "Env": ["PATH=/bin"]},
