@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 secs=${1:-60}
 export RUSTC_BOOTSTRAP=${RUSTC_BOOTSTRAP:-1}
-for t in reference www_authenticate manifest hosts_toml filter; do
+for t in reference www_authenticate manifest hosts_toml filter diffid; do
   echo "== $t ($secs s)"
   cargo fuzz run "$t" -- -max_total_time="$secs" -max_len=4096
 done
