@@ -101,8 +101,15 @@ impl Api {
         };
         let platform = if r.platform.is_empty() { "linux/amd64".to_string() } else { r.platform };
         crate::registry::parse_platform(&platform).map_err(ApiError::Invalid)?;
-        let hosts_dir = if r.hosts_dir.is_empty() { None } else { Some(std::path::PathBuf::from(r.hosts_dir)) };
-        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, hosts_dir, platform })
+        if !r.hosts_dir.is_empty() {
+            // The daemon reads no path a request names: the CLI reads --hosts-dir itself.
+            return Err(ApiError::Invalid("hosts_dir is read by the pullgate CLI, which sends the server it names; update the client".into()));
+        }
+        let server = if r.server.is_empty() { None } else { Some(r.server) };
+        if let Some(s) = &server {
+            crate::registry::hosts::endpoint(&reference.host, None, r.plain_http, Some(s)).map_err(|e| ApiError::Invalid(e.to_string()))?;
+        }
+        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, server, platform })
     }
 
     /// Every origin a grant for `r` may be recorded under: origins name the endpoint that
@@ -110,7 +117,7 @@ impl Api {
     /// daemon's hosts.toml sends the name). Revoking by reference takes them all.
     fn origins_of(&self, r: &Reference) -> Vec<String> {
         let mut out = vec![r.origin(), format!("http://{}", r.origin())];
-        if let Ok(ep) = crate::registry::hosts::endpoint(&r.host, self.puller.hosts_dir.as_deref(), false) {
+        if let Ok(ep) = crate::registry::hosts::endpoint(&r.host, self.puller.hosts_dir.as_deref(), false, None) {
             out.push(format!("{}/{}", ep.base.strip_prefix("https://").unwrap_or(&ep.base), r.repo));
         }
         out.sort();

@@ -50,7 +50,8 @@ pub struct RegistryArgs {
     /// Talk to the registry over plain http.
     #[arg(long)]
     pub plain_http: bool,
-    /// containerd-style hosts directory (DIR/<host>/hosts.toml).
+    /// containerd-style hosts directory (DIR/<host>/hosts.toml), read by this command: only
+    /// its `server` is used (TLS settings come from the daemon's [registry] hosts_dir).
     #[arg(long)]
     pub hosts_dir: Option<PathBuf>,
     /// Platform to select from an index.
@@ -185,7 +186,23 @@ fn credentials(user: Option<String>) -> Result<(String, String), i32> {
     })
 }
 
+/// The server a `--hosts-dir` names for the reference's registry, read here, in the caller's
+/// process (the daemon reads no path a request names).
+fn request_server(hosts_dir: Option<&std::path::Path>, reference: &str) -> Result<String, i32> {
+    let Some(dir) = hosts_dir else { return Ok(String::new()) };
+    let usage = |e: String| {
+        eprintln!("pullgate: {e}");
+        EXIT_USAGE
+    };
+    let host = crate::reference::Reference::parse(reference).map_err(|e| usage(e.to_string()))?.host;
+    let path = dir.join(&host).join("hosts.toml");
+    let Some(text) = crate::registry::hosts::read_hosts_file(&path).map_err(|e| usage(e.to_string()))? else { return Ok(String::new()) };
+    let server = crate::registry::hosts::request_server(&text, &host).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    Ok(server.unwrap_or_default())
+}
+
 fn pull_request(t: &Target, r: RegistryArgs, reference: String) -> Result<proto::PullRequest, i32> {
+    let server = request_server(r.hosts_dir.as_deref(), &reference)?;
     let (user, password) = credentials(r.user)?;
     Ok(proto::PullRequest {
         reference,
@@ -194,8 +211,9 @@ fn pull_request(t: &Target, r: RegistryArgs, reference: String) -> Result<proto:
         user,
         password,
         plain_http: r.plain_http,
-        hosts_dir: r.hosts_dir.map(|p| p.display().to_string()).unwrap_or_default(),
+        hosts_dir: String::new(),
         platform: r.platform,
+        server,
     })
 }
 

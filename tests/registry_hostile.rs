@@ -95,7 +95,7 @@ fn handle(mut conn: TcpStream, h: Handler, log: Arc<Mutex<Vec<Seen>>>, port: u16
 
 fn session(port: u16, repo_ref: &str, cred: Option<&str>) -> Session {
     let r = Reference::parse(&format!("127.0.0.1:{port}/{repo_ref}")).unwrap();
-    let opts = Options { plain_http: true, hosts_dir: None, timeout: Some(Duration::from_secs(1)) };
+    let opts = Options { plain_http: true, hosts_dir: None, server: None, timeout: Some(Duration::from_secs(1)) };
     Session::new(&r, cred.map(|c| Credential::parse(c).unwrap()), &opts).unwrap()
 }
 

@@ -54,7 +54,8 @@ pub struct Request {
     pub principal: String,
     pub cred: Option<Credential>,
     pub plain_http: bool,
-    pub hosts_dir: Option<PathBuf>,
+    /// The server the request's own hosts.toml names for the registry (read by the CLI).
+    pub server: Option<String>,
     pub platform: String,
 }
 
@@ -115,7 +116,7 @@ impl Puller {
                 Ok::<(), PullError>(())
             })
             .await?;
-        let opts = Options { plain_http: req.plain_http, hosts_dir: req.hosts_dir.as_deref().or(self.hosts_dir.as_deref()), timeout: self.timeout };
+        let opts = Options { plain_http: req.plain_http, hosts_dir: self.hosts_dir.as_deref(), server: req.server.as_deref(), timeout: self.timeout };
         let mut sess = Session::new(&req.reference, req.cred.clone(), &opts)?;
         let resolved = sess.resolve(&req.reference, &req.platform).await?;
         let mut cd = Containerd::connect(&self.containerd, &req.namespace).await?;

@@ -106,14 +106,17 @@ pub struct Session {
 #[derive(Debug, Clone, Default)]
 pub struct Options<'a> {
     pub plain_http: bool,
+    /// The operator's hosts directory (`[registry] hosts_dir`).
     pub hosts_dir: Option<&'a Path>,
+    /// The server a request's own hosts.toml names (no TLS settings come with it).
+    pub server: Option<&'a str>,
     /// Longest wait for a connection or for the next bytes of an answer (default 30 s).
     pub timeout: Option<Duration>,
 }
 
 impl Session {
     pub fn new(r: &Reference, cred: Option<Credential>, opts: &Options) -> Result<Session> {
-        let ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http).map_err(|e| RegistryError::Config(e.to_string()))?;
+        let ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http, opts.server).map_err(|e| RegistryError::Config(e.to_string()))?;
         let mut b = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(opts.timeout.unwrap_or(Duration::from_secs(5)).min(Duration::from_secs(5)))
