@@ -145,7 +145,7 @@ impl Api {
         let decision = self.puller.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
             let found = match &reference.digest {
                 Some(d) => ledger::manifest(tx, d)?.map(|m| vec![(d.clone(), m)]).unwrap_or_default(),
-                None => ledger::manifests_named(tx, &reference.image_name())?,
+                None => ledger::manifests_named(tx, &self.origins_of(&reference), &reference.image_name())?,
             };
             let chains: Vec<ChainInfo> = if found.is_empty() {
                 vec![ChainInfo { unknown_layers: 1, ..Default::default() }]
@@ -184,11 +184,20 @@ impl Api {
                 let manifests = if is_digest(target) {
                     ledger::manifest(tx, target)?.map(|m| vec![(target.to_string(), m)]).unwrap_or_default()
                 } else {
-                    ledger::manifests_named(tx, &Reference::parse(target)?.image_name())?
+                    let r = Reference::parse(target)?;
+                    ledger::manifests_named(tx, &self.origins_of(&r), &r.image_name())?
                 };
                 for (digest, m) in &manifests {
                     let _ = writeln!(out, "manifest {digest}");
-                    let _ = writeln!(out, "  names:   {}", m.names.iter().cloned().collect::<Vec<_>>().join(", "));
+                    let names: Vec<String> = m
+                        .names
+                        .iter()
+                        .map(|e| match ledger::split_name(e) {
+                            (Some(o), n) => format!("{n} (from {o})"),
+                            (None, n) => n.to_string(),
+                        })
+                        .collect();
+                    let _ = writeln!(out, "  names:   {}", names.join(", "));
                     let _ = writeln!(out, "  origins: {}", m.origins.iter().cloned().collect::<Vec<_>>().join(", "));
                     let _ = writeln!(out, "  config:  {}", m.config);
                     write_blob_origins(tx, &mut out, &m.config, "    ")?;

@@ -93,7 +93,7 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
                         layers,
                         diff_ids,
                         origins: [origin.to_string()].into(),
-                        names: [format!("{origin}:v{m}")].into(),
+                        names: [ledger::name_entry(origin, &format!("{origin}:v{m}"))].into(),
                     };
                     ledger::record_manifest(tx, &digest("manifest", m), &rec)?;
                 }

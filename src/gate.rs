@@ -334,13 +334,15 @@ impl Gate {
     }
 
     /// A name of an image containing layer `d` that this namespace itself verified (any of its
-    /// principals' grants), for the message; never a name another tenant pulled the layer as.
+    /// principals' grants), as fetched from that grant's origin, for the message; never a name
+    /// another tenant fetched the same manifest as.
     fn own_image_name(&self, tx: &impl LedgerRead, grants: &mut GrantView, d: &LayerId) -> Result<Option<String>, StoreError> {
         for i in 0..grants.entries.len() {
             if grants.covers(tx, i, d)?.is_some() {
                 if let Some(rec) = ledger::manifest(tx, &grants.entries[i].manifest)? {
-                    if let Some(n) = rec.names.iter().next() {
-                        return Ok(Some(n.clone()));
+                    let origin = grants.entries[i].origin.as_str();
+                    if let Some((_, n)) = rec.names.iter().map(|e| ledger::split_name(e)).find(|(o, _)| *o == Some(origin)) {
+                        return Ok(Some(n.to_string()));
                     }
                 }
             }
@@ -380,14 +382,14 @@ mod tests {
                 layers: vec![d('A'), d('B')],
                 diff_ids: vec![d('a'), d('b')],
                 origins: [ORIGIN.to_string()].into(),
-                names: [format!("{ORIGIN}:v1")].into(),
+                names: [ledger::name_entry(ORIGIN, &format!("{ORIGIN}:v1"))].into(),
             })?;
             record_manifest(tx, &d('n'), &ManifestRec {
                 config: d('Q'),
                 layers: vec![d('P')],
                 diff_ids: vec![d('p')],
                 origins: ["reg:5000/public/base".to_string()].into(),
-                names: ["reg:5000/public/base:v1".to_string()].into(),
+                names: [ledger::name_entry("reg:5000/public/base", "reg:5000/public/base:v1")].into(),
             })?;
             Ok(())
         })
@@ -524,6 +526,24 @@ mod tests {
         let other = ledger::chain_id(&d('x'), &d('y'));
         let next = s.read(|tx| Ok::<_, StoreError>(g.extract(tx, &subj("b", ""), &base, &other).unwrap())).unwrap();
         assert_eq!(next.unknown_layers, 2);
+    }
+
+    #[test]
+    fn a_refusal_names_the_image_as_this_namespace_fetched_it() {
+        let (_d, s) = ledger();
+        // The same manifest fetched by another tenant from a second repository (listed first).
+        let other = "reg:5000/aaa/copy";
+        s.write(|tx| -> Result<(), ledger::LedgerError> {
+            for blob in [d('A'), d('B'), d('C')] {
+                record_blob(tx, &blob, other, "hmac-sha256:bob", 1)?;
+            }
+            record_manifest(tx, &d('m'), &ManifestRec { config: d('C'), layers: vec![d('A'), d('B')], diff_ids: vec![d('a'), d('b')], origins: [other.to_string()].into(), names: [ledger::name_entry(other, &format!("{other}:v1"))].into() })
+        })
+        .unwrap();
+        // Namespace n verified it at ORIGIN for principal p1; p2 is refused.
+        grant(&s, "n", "p1", ORIGIN, 1 << 62);
+        let m = s.read(|tx| Ok::<_, StoreError>(denied(gate(Policy::NeverVerifyPreloadedImages).use_chain(tx, &subj("n", "p2"), &chain_ab())))).unwrap();
+        assert!(m.contains(&format!("{ORIGIN}:v1")) && !m.contains("aaa/copy"), "{m}");
     }
 
     #[test]

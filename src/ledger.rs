@@ -44,7 +44,10 @@ pub struct ManifestRec {
     pub diff_ids: Vec<String>,
     /// Origins the manifest was fetched from.
     pub origins: BTreeSet<String>,
-    /// References it was fetched as (`host/repo:tag`), for messages.
+    /// References it was fetched as, each with the origin that answered: entries made by
+    /// [`name_entry`] (`<origin> <host/repo:tag>`), read with [`split_name`]. For messages and
+    /// look-ups by name, which match the origin too, so a name fetched from elsewhere (a
+    /// request's hosts.toml) never stands for the registry of that name.
     pub names: BTreeSet<String>,
 }
 
@@ -160,9 +163,28 @@ pub fn manifest(tx: &impl LedgerRead, digest: &str) -> Result<Option<ManifestRec
     tx.get_val(Collection::Manifests, digest)
 }
 
-/// Manifests fetched as the image name `name` (`host/repo:tag`), or by digest.
-pub fn manifests_named(tx: &impl LedgerRead, name: &str) -> Result<Vec<(String, ManifestRec)>, StoreError> {
-    Ok(tx.scan::<ManifestRec>(Collection::Manifests, "")?.into_iter().filter(|(_, m)| m.names.contains(name)).collect())
+/// A manifest's name entry: the reference it was fetched as, from `origin`.
+pub fn name_entry(origin: &str, name: &str) -> String {
+    format!("{origin} {name}")
+}
+
+/// (origin, reference) of a name entry; no origin for entries written before names carried one.
+pub fn split_name(entry: &str) -> (Option<&str>, &str) {
+    match entry.split_once(' ') {
+        Some((o, n)) => (Some(o), n),
+        None => (None, entry),
+    }
+}
+
+/// Manifests fetched as the image name `name` (`host/repo:tag`) from one of `origins`.
+pub fn manifests_named(tx: &impl LedgerRead, origins: &[String], name: &str) -> Result<Vec<(String, ManifestRec)>, StoreError> {
+    let matches = |m: &ManifestRec| {
+        m.names.iter().any(|e| match split_name(e) {
+            (Some(o), n) => n == name && origins.iter().any(|x| x == o),
+            (None, _) => false,
+        })
+    };
+    Ok(tx.scan::<ManifestRec>(Collection::Manifests, "")?.into_iter().filter(|(_, m)| matches(m)).collect())
 }
 
 pub fn layer(tx: &impl LedgerRead, diff_id: &str) -> Result<Option<LayerRec>, StoreError> {
@@ -219,6 +241,11 @@ pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
         Ok(())
     })?;
     tx.once("ledger_verified_pairings", |tx| {
+        // Names were recorded as typed, without the origin that answered.
+        for (d, mut m) in tx.scan::<ManifestRec>(Collection::Manifests, "")? {
+            m.names.retain(|e| split_name(e).0.is_some());
+            tx.put_val(Collection::Manifests, &d, &m)?;
+        }
         for (d, mut l) in tx.scan::<LayerRec>(Collection::Layers, "")? {
             l.blobs.clear();
             l.public = false;
@@ -426,6 +453,24 @@ mod tests {
             assert_eq!(a.blobs, BTreeSet::from([d('A')]));
             assert!(!layer_served_by(tx, &a, "evil/app")?);
             assert!(protected_layer_for_chain(tx, "", &d('a'))?.is_some());
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn names_are_found_only_with_the_origin_that_answered() {
+        let (_d, s) = store();
+        s.write(|tx| {
+            record_pairing(tx, &Verified::for_test(&d('A'), &d('a')))?;
+            let m = ManifestRec { layers: vec![d('A')], diff_ids: vec![d('a')], names: [name_entry("http://evil:1/private/app", "reg:5000/private/app:v1")].into(), ..Default::default() };
+            record_manifest(tx, &d('m'), &m)
+        })
+        .unwrap();
+        s.read(|tx| -> Result<(), StoreError> {
+            let name = "reg:5000/private/app:v1";
+            assert!(manifests_named(tx, &["reg:5000/private/app".into(), "http://reg:5000/private/app".into()], name)?.is_empty());
+            assert_eq!(manifests_named(tx, &["http://evil:1/private/app".into()], name)?.len(), 1);
             Ok(())
         })
         .unwrap();

@@ -297,7 +297,7 @@ impl Puller {
             layers: image.layers.iter().map(|b| b.digest.clone()).collect(),
             diff_ids: diff_ids.to_vec(),
             origins: BTreeSet::from([image.origin.clone()]),
-            names: BTreeSet::from([image.name.clone()]),
+            names: BTreeSet::from([ledger::name_entry(&image.origin, &image.name)]),
         };
         self.snap.store().write(|tx| -> std::result::Result<(), LedgerError> {
             for v in &got.verified {
