@@ -78,7 +78,7 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
                         // pull would, so that the ledger pairs it with its layer ID.
                         let payload = format!("blob-{id}");
                         let b = format!("sha256:{}", hex::encode(sha2_of(&payload)));
-                        let mut h = crate::diffid::Hasher::new(&b);
+                        let mut h = crate::diffid::Hasher::new(&b, payload.len() as u64);
                         let v = h.update(payload.as_bytes()).and_then(|()| h.finish());
                         let v = v.map_err(|e| StoreError::Corrupt { key: b.clone(), reason: e.to_string() })?;
                         ledger::record_pairing(tx, &v)?;

@@ -9,8 +9,16 @@
 use sha2::{Digest as _, Sha256};
 use std::io::Write;
 
+/// A layer may expand to at most this many times its compressed size (gzip's best ratio is
+/// about 1032:1), or to [`MIN_EXPANSION_LIMIT`], whichever is larger: a decompression bomb is
+/// refused after a bounded amount of work.
+pub const MAX_EXPANSION_RATIO: u64 = 1100;
+pub const MIN_EXPANSION_LIMIT: u64 = 1 << 30;
+
 #[derive(Debug, thiserror::Error)]
 pub enum DiffIdError {
+    #[error("blob {blob}: expands to more than {limit} bytes ({MAX_EXPANSION_RATIO} times its size, or 1 GiB): refused as a decompression bomb")]
+    TooLarge { blob: String, limit: u64 },
     #[error("blob {blob}: its bytes hash to {actual}, not to its digest")]
     DigestMismatch { blob: String, actual: String },
     #[error("blob {blob}: cannot decompress it as a layer: {reason}")]
@@ -39,12 +47,20 @@ impl Verified {
     }
 }
 
-/// Sha256 of everything written to it.
-struct HashWriter(Sha256);
+/// Sha256 of everything written to it, up to `limit` bytes.
+struct HashWriter {
+    sha: Sha256,
+    written: u64,
+    limit: u64,
+}
 
 impl Write for HashWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.update(buf);
+        self.written += buf.len() as u64;
+        if self.written > self.limit {
+            return Err(std::io::Error::new(std::io::ErrorKind::FileTooLarge, "layer expands past its limit"));
+        }
+        self.sha.update(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -68,14 +84,20 @@ pub struct Hasher {
     blob: String,
     compressed: Sha256,
     sink: Sink,
+    limit: u64,
 }
 
 impl Hasher {
-    pub fn new(blob: &str) -> Hasher {
-        Hasher { blob: blob.to_string(), compressed: Sha256::new(), sink: Sink::Sniffing(Vec::with_capacity(4)) }
+    /// For blob `blob` of `size` bytes (as its descriptor says; the digest check catches a lie).
+    pub fn new(blob: &str, size: u64) -> Hasher {
+        let limit = size.saturating_mul(MAX_EXPANSION_RATIO).max(MIN_EXPANSION_LIMIT);
+        Hasher { blob: blob.to_string(), compressed: Sha256::new(), sink: Sink::Sniffing(Vec::with_capacity(4)), limit }
     }
 
-    fn corrupt(&self, e: impl std::fmt::Display) -> DiffIdError {
+    fn corrupt(&self, e: std::io::Error) -> DiffIdError {
+        if e.kind() == std::io::ErrorKind::FileTooLarge {
+            return DiffIdError::TooLarge { blob: self.blob.clone(), limit: self.limit };
+        }
         DiffIdError::Corrupt { blob: self.blob.clone(), reason: e.to_string() }
     }
 
@@ -96,7 +118,7 @@ impl Hasher {
     /// Chooses the decompressor from the first bytes (as containerd's DecompressStream does)
     /// and feeds them to it.
     fn start(&mut self, head: &[u8]) -> Result<(), DiffIdError> {
-        let out = HashWriter(Sha256::new());
+        let out = HashWriter { sha: Sha256::new(), written: 0, limit: self.limit };
         self.sink = if head.starts_with(&GZIP_MAGIC) {
             Sink::Gzip(Box::new(flate2::write::MultiGzDecoder::new(out)))
         } else if head.starts_with(&ZSTD_MAGIC) {
@@ -139,7 +161,7 @@ impl Hasher {
                 d.into_inner()
             }
         };
-        Ok(Verified { blob: self.blob, diff_id: format!("sha256:{}", hex::encode(out.0.finalize())) })
+        Ok(Verified { blob: self.blob, diff_id: format!("sha256:{}", hex::encode(out.sha.finalize())) })
     }
 }
 
@@ -152,7 +174,7 @@ mod tests {
     }
 
     fn hash_in_chunks(blob: &[u8], chunk: usize) -> Result<Verified, DiffIdError> {
-        let mut h = Hasher::new(&sha(blob));
+        let mut h = Hasher::new(&sha(blob), blob.len() as u64);
         for c in blob.chunks(chunk.max(1)) {
             h.update(c)?;
         }
@@ -186,7 +208,7 @@ mod tests {
 
     #[test]
     fn wrong_bytes_and_broken_streams_make_no_pairing() {
-        let mut h = Hasher::new(&sha(b"other"));
+        let mut h = Hasher::new(&sha(b"other"), 5);
         h.update(b"plain tar bytes").unwrap();
         assert!(matches!(h.finish(), Err(DiffIdError::DigestMismatch { .. })));
         // A gzip stream cut short is not a layer.
@@ -199,5 +221,21 @@ mod tests {
         let mut bad = GZIP_MAGIC.to_vec();
         bad.extend_from_slice(&[0xff; 64]);
         assert!(matches!(hash_in_chunks(&bad, 10), Err(DiffIdError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn a_decompression_bomb_is_refused_after_bounded_work() {
+        // 1.5 GiB of zeros in a few KB of zstd: past both 1 GiB and 1100 times its size (gzip
+        // cannot do better than about 1032:1, so its bombs stay under the ratio anyway).
+        let mut z = zstd::stream::write::Encoder::new(Vec::new(), 19).unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..1536 {
+            z.write_all(&zeros).unwrap();
+        }
+        let bomb = z.finish().unwrap();
+        assert!((1536u64 << 20) > bomb.len() as u64 * MAX_EXPANSION_RATIO);
+        let e = hash_in_chunks(&bomb, 1 << 16).unwrap_err();
+        assert!(matches!(e, DiffIdError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("expands to more than"), "{e}");
     }
 }

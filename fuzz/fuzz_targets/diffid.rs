@@ -5,7 +5,7 @@
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Some((&split, body)) = data.split_first() else { return };
     let digest = pullgate::registry::sha256_digest(body);
-    let mut h = pullgate::diffid::Hasher::new(&digest);
+    let mut h = pullgate::diffid::Hasher::new(&digest, body.len() as u64);
     let chunk = (split as usize % 64) + 1;
     for c in body.chunks(chunk) {
         if h.update(c).is_err() {

@@ -240,7 +240,7 @@ impl Puller {
             got.downloaded.push(d);
         }
         for b in from_store {
-            got.verified.push(Self::hash_from_store(cd, &b.digest).await?);
+            got.verified.push(Self::hash_from_store(cd, &b.digest, b.size).await?);
         }
         Ok(got)
     }
@@ -427,7 +427,7 @@ impl Puller {
     /// from the same bytes.
     async fn fetch(sess: &mut Session, cd: &Containerd, b: &Blob, keep: bool, hash: bool) -> Result<Option<Verified>> {
         let mut reader = sess.open_blob(&b.digest, b.size).await?;
-        let mut hasher = hash.then(|| BackgroundHasher::new(&b.digest));
+        let mut hasher = hash.then(|| BackgroundHasher::new(&b.digest, b.size));
         let mut w = keep.then(|| cd.writer(&b.digest, b.size));
         while let Some(chunk) = reader.next_chunk().await? {
             if let Some(h) = &mut hasher {
@@ -447,8 +447,8 @@ impl Puller {
     }
 
     /// The layer ID of a blob already in the namespace's content store (local work only).
-    async fn hash_from_store(cd: &Containerd, digest: &str) -> Result<Verified> {
-        let mut h = BackgroundHasher::new(digest);
+    async fn hash_from_store(cd: &Containerd, digest: &str, size: u64) -> Result<Verified> {
+        let mut h = BackgroundHasher::new(digest, size);
         let mut r = cd.reader(digest).await?;
         while let Some(c) = r.next_chunk().await? {
             h.update(bytes::Bytes::from(c)).await;
@@ -466,9 +466,9 @@ struct BackgroundHasher {
 }
 
 impl BackgroundHasher {
-    fn new(blob: &str) -> BackgroundHasher {
+    fn new(blob: &str, size: u64) -> BackgroundHasher {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
-        let mut h = diffid::Hasher::new(blob);
+        let mut h = diffid::Hasher::new(blob, size);
         let task = tokio::task::spawn_blocking(move || {
             while let Some(c) = rx.blocking_recv() {
                 h.update(&c)?;

@@ -340,9 +340,6 @@ impl Snapshotter {
                     (Some(r.id), Self::parent_chain(p, r))
                 }
             };
-            if tx.get(key)?.is_some() {
-                return Err(SnapshotterError::AlreadyExists(key.into()));
-            }
             let chain = match &target {
                 Some(t) => {
                     let next = self.gate.extract(tx, &subject, &parent_chain, t)?;
@@ -359,6 +356,10 @@ impl Snapshotter {
                     ChainInfo { chain_id: String::new(), ..parent_chain }
                 }
             };
+            // After the gate: an existing key answers nothing before the gate has decided.
+            if tx.get(key)?.is_some() {
+                return Err(SnapshotterError::AlreadyExists(key.into()));
+            }
             Ok((parent_id, chain))
         })?;
         let staged = self.layout.stage(kind, parent_id)?;
