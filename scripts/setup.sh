@@ -8,7 +8,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
 APT_OPTS=(-o DPkg::Lock::Timeout=600)
 PKGS=(containerd runc docker-registry apache2-utils skopeo busybox-static protobuf-compiler
-      golang-go golang-github-containerd-containerd-dev jq curl python3 bc python3-jwt python3-cryptography openssl zstd)
+      golang-go golang-github-containerd-containerd-dev jq curl python3 bc python3-jwt python3-cryptography openssl)
 
 if [ "$(id -u)" != 0 ]; then echo "setup.sh: must run as root (containerd and mounts need it)" >&2; exit 1; fi
 

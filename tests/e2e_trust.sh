@@ -8,12 +8,16 @@
 #   4. an extract of a protected layer on a made-up parent chain;
 #   5. a containerd.io/snapshot.ref label on a container's rootfs Prepare (principal bypass);
 #   6. an origin recorded by the name asked for, not the endpoint that answered (hosts.toml);
-#   7. a denial naming another tenant's repository.
+#   7. a denial naming another tenant's repository;
+#   8. tenant-controlled request arguments: a --hosts-dir hosts.toml that is a symlink to a secret,
+#      a directory, a FIFO, over 64 KiB or carries TLS settings; an image name pulled from
+#      another endpoint (recorded under that name); a refusal naming the first image recorded
+#      with the manifest (another tenant's repository); a decompression bomb layer.
 # Real containerd of the given version configured from plugin/, real registries (anonymous,
 # htpasswd, token auth), an attacker's registry (tests/evilregistry.py), images from
 # tests/mkimage.py; driven by ctr and the pullgate CLI. Every setup step (pushes, the victims'
 # own pulls and runs, the attacker's preparation) passes on a pullgate without these defences
-# too, so that only the attack assertions fail there. About 15 s per containerd version.
+# too, so that only the attack assertions fail there. About 30 s per containerd version.
 # Usage: tests/e2e_trust.sh VERSION
 source "$(dirname "$0")/lib.sh"
 V=${1:?usage: e2e_trust.sh 1.6|1.7|2.1}
@@ -339,6 +343,177 @@ if grep -qF "private/app" <<<"$out"; then fail "7: the refusal names A's reposit
 else pass "7: the refusal does not name A's repository private/app"; fi
 settle_gc B
 check_out "7: A still runs its image" "private app" run_img A a7 "$HPRIV"
+
+log "8. tenant-controlled request arguments"
+# What a tenant passes to pull and verify besides its credentials: the --hosts-dir files (read by
+# the CLI, in the caller's process: only a regular file of at most 64 KiB, never quoted, and only
+# its server: no TLS settings), the name an image is fetched under (recorded with the endpoint
+# that answered), and the layers themselves (a layer may expand to at most max(1 GiB, 1100 x its
+# compressed size)).
+SECRET8='root:SECRET-line-9d8f:1:2'
+printf '%s\ndaemon:*:20228:0:99999:7:::\n' "$SECRET8" > "$WORK/t8-secret"
+# pgt SECONDS SUBCOMMAND ARGS...: pg under `timeout` (pg is a function; timeout needs a program).
+pgt() { local t=$1 sub=$2; shift 2; timeout "$t" "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
+# hosts8 NAME HOST: prints the hosts dir $WORK/h8-NAME, creating NAME/HOST/ in it; the test
+# writes (or makes) NAME/HOST/hosts.toml.
+hosts8() { mkdir -p "$WORK/h8-$1/$2" && echo "$WORK/h8-$1"; }
+# check_usage DESC PATTERN LEAK CMD...: passes when CMD exits 2 (bad argument), its output matches
+# the ERE PATTERN and does not contain LEAK (empty: not checked).
+check_usage() {
+  local d=$1 pat=$2 leak=$3; shift 3
+  local out; out=$("$@" 2>&1); local rc=$?
+  if [ $rc -ne 2 ] || ! grep -qiE -- "$pat" <<<"$out"; then fail "$d (rc=$rc, want exit 2 saying /$pat/, got: $(head -c 600 <<<"$out"))"
+  elif [ -n "$leak" ] && grep -qF -- "$leak" <<<"$out"; then fail "$d: refused, but the output carries '$leak': $(head -c 600 <<<"$out")"
+  else pass "$d"; fi
+}
+
+log "8a. --hosts-dir: the CLI reads only a small regular file, never quotes it, takes only its server"
+D=$(hosts8 link "$REG_h"); ln -s "$WORK/t8-secret" "$D/$REG_h/hosts.toml"
+check_usage "8a: a hosts.toml symlinked to a secret file: verify exits 2, 'not valid TOML', without quoting it" \
+  "$D/$REG_h/hosts.toml: .*not valid TOML" "$SECRET8" pg verify -n T8 --hosts-dir "$D" "$HPRIV"
+D=$(hosts8 dir "$REG_h"); mkdir "$D/$REG_h/hosts.toml"
+check_usage "8a: a hosts.toml that is a directory: exit 2, 'not a regular file'" \
+  "$D/$REG_h/hosts.toml: .*not a regular file" "" pg verify -n T8 --hosts-dir "$D" "$HPRIV"
+D=$(hosts8 big "$REG_pub")
+{ printf 'server = "http://%s"\n' "$REG_pub"; printf '# %s\n' "$SECRET8"
+  for i in $(seq 1 1200); do printf '# padding line %04d, 64 KiB is the most a hosts.toml may hold\n' "$i"; done; } > "$D/$REG_pub/hosts.toml"
+check "8a: (that hosts.toml is $(stat -c %s "$D/$REG_pub/hosts.toml") bytes, over 64 KiB)" test "$(stat -c %s "$D/$REG_pub/hosts.toml")" -gt 65536
+check_usage "8a: a hosts.toml over 64 KiB: exit 2, 'larger than'" \
+  "$D/$REG_pub/hosts.toml: .*larger than" "$SECRET8" pg verify -n T8 --hosts-dir "$D" "$PUB"
+# TLS settings a request may not bring: skip_verify at the top, ca under the server's
+# [host."..."] table, client at the top (the daemon's [registry] hosts_dir is where they go).
+D=$(hosts8 tls1 "$REG_pub"); printf 'server = "http://%s"\nskip_verify = true\n' "$REG_pub" > "$D/$REG_pub/hosts.toml"
+check_usage "8a: skip_verify = true in a request's hosts.toml: exit 2, 'TLS settings'" \
+  "$D/$REG_pub/hosts.toml: .*TLS settings" "" pg verify -n T8 --hosts-dir "$D" "$PUB"
+D=$(hosts8 tls2 "$REG_pub")
+printf 'server = "http://%s"\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n  ca = "/etc/ssl/certs/ca-certificates.crt"\n' "$REG_pub" "$REG_pub" > "$D/$REG_pub/hosts.toml"
+check_usage "8a: ca under [host.\"http://$REG_pub\"]: exit 2, 'TLS settings'" \
+  "$D/$REG_pub/hosts.toml: .*TLS settings" "" pg verify -n T8 --hosts-dir "$D" "$PUB"
+D=$(hosts8 tls3 "$REG_pub"); printf 'server = "http://%s"\nclient = ["%s/c.pem", "%s/k.pem"]\n' "$REG_pub" "$WORK" "$WORK" > "$D/$REG_pub/hosts.toml"
+check_usage "8a: client = [cert, key] in a request's hosts.toml: exit 2, 'TLS settings'" \
+  "$D/$REG_pub/hosts.toml: .*TLS settings" "" pg verify -n T8 --hosts-dir "$D" "$PUB"
+# A FIFO: the CLI must neither hang on it nor hand it to the daemon, where a reader blocks a
+# worker thread. As many requests as the daemon has worker threads (nproc, at most 8) are
+# started in the background; while they are pending, another tenant's check and a run of the
+# public image must still be answered.
+D=$(hosts8 fifo "$REG_h"); mkfifo "$D/$REG_h/hosts.toml"
+NF=$(nproc); [ "$NF" -gt 8 ] && NF=8
+FJOBS=()
+for ((i = 1; i <= NF; i++)); do
+  ( pgt 20 verify -n T8 --hosts-dir "$D" "$HPRIV" >"$WORK/fifo8.$i.out" 2>&1; echo $? >"$WORK/fifo8.$i.rc" ) &
+  FJOBS+=($!)
+done
+sleep 1
+check_out "8a: while $NF FIFO verifies are pending, A's pullgate check answers within 10 s" allowed pgt 10 check -n A "$HPRIV"
+check_out "8a: ... and PUBA's ctr run of the public image runs within 10 s" "public base image" \
+  timeout 10 "${CTR[@]}" -n PUBA run --rm --snapshotter pullgate "$PUB" puba8
+wait "${FJOBS[@]}"
+# Whatever still has the FIFO open for reading (a daemon that took the path) gets a writer and
+# an end of file, so that nothing stays blocked for the checks after this one.
+python3 - "$D/$REG_h/hosts.toml" <<'PY'
+import errno, os, sys, time
+for _ in range(50):
+    try:
+        fd = os.open(sys.argv[1], os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # no reader left
+            break
+        raise
+    os.write(fd, b"# unblocked by the test\n"); os.close(fd); time.sleep(0.2)
+PY
+bad=""
+for ((i = 1; i <= NF; i++)); do
+  rc=$(cat "$WORK/fifo8.$i.rc" 2>/dev/null)
+  if [ "$rc" != 2 ] || ! grep -qE "$D/$REG_h/hosts.toml: .*not a regular file" "$WORK/fifo8.$i.out"; then
+    bad="request $i: rc=${rc:-none} (124: still pending after 20 s): $(head -c 300 "$WORK/fifo8.$i.out")"; break
+  fi
+done
+if [ -z "$bad" ]; then pass "8a: a FIFO hosts.toml: all $NF verifies returned within 20 s, exit 2, 'not a regular file'"
+else fail "8a: a FIFO hosts.toml: every verify returns within 20 s, exit 2, 'not a regular file' ($bad)"; fi
+# The form containerd 1.6's ctr needs (server plus a [host] table for it, no TLS keys) works.
+D=$(hosts8 ok "$REG_h")
+printf 'server = "http://%s"\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n' "$REG_h" "$REG_h" > "$D/$REG_h/hosts.toml"
+check "8a: T8ok: pullgate pull --user alice --hosts-dir (server plus [host] table, no TLS keys) of A's image" \
+  pg pull -n T8ok --user "alice:$PW_ALICE" --hosts-dir "$D" "$HPRIV"
+check_out "8a: T8ok runs it" "private app" run_img T8ok t8ok "$HPRIV"
+check_no_grants "8a: nothing was recorded for T8 (every request of it was refused)" T8
+leak=$(grep -rlaF -D skip -- "$SECRET8" "$PG" "$WORK/containerd" 2>/dev/null | head -5)
+check "8a: pullgate's log exists and neither it nor any file of pullgate's or containerd's carries the secret line (found in: ${leak:-none})" \
+  test -s "$PG/log" -a -z "$leak"
+
+log "8b. an image name is recorded with the origin it was fetched from"
+# mallory pushes a public image of its own under A's repository path on the anonymous registry,
+# and pulls it under A's name through a hosts.toml that sends A's registry to that one.
+mk "$WORK/mallory" --tag v1 --message "mallory's public app"
+MMD=$(layout_manifest "$WORK/mallory")
+push_image "$WORK/mallory" v1 "$REG_pub/private/app:v1" || fail "push mallory's image to $REG_pub/private/app:v1"
+D=$(hosts8 mallory "$REG_h"); printf 'server = "http://%s"\n' "$REG_pub" > "$D/$REG_h/hosts.toml"
+check "8b: mallory: pullgate pull --hosts-dir ($REG_h -> http://$REG_pub) $HPRIV (its own public image) works" \
+  pg pull -n mallory --hosts-dir "$D" "$HPRIV"
+check_out "8b: mallory runs it" "mallory's public app" run_img mallory m8 "$HPRIV"
+check_out "8b: A's pullgate check of $HPRIV says allowed" allowed pg check -n A "$HPRIV"
+check_err "8b: carol (no grant): pullgate check $HPRIV prints denied and fails" '^denied' pg check -n carol "$HPRIV"
+out=$(pg inspect "$HPRIV" 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -qF "manifest $HMD" <<<"$out" && ! grep -qF "$MMD" <<<"$out"; then pass "8b: pullgate inspect $HPRIV lists A's manifest, not mallory's"
+else fail "8b: pullgate inspect $HPRIV lists A's manifest ${HMD:0:19}..., not mallory's ${MMD:0:19}... (rc=$rc: $(grep '^manifest' <<<"$out" | head -c 600))"; fi
+
+log "8c. a refusal names the requester's own image, not the first image recorded with the manifest"
+ZAPP=$REG_h/zteam/app:v1
+push_image "$WORK/priv" v1 "$ZAPP" "alice:$PW_ALICE" || fail "push A's image to $ZAPP too"
+check_out "8c: A holds a grant for $HPRIV (pulled in the setup, before bteam's verify)" allowed pg check -n A "$HPRIV"
+check "8c: bteam: pullgate verify --principal p1 --user alice $ZAPP" pg verify -n bteam --principal p1 --user "alice:$PW_ALICE" --plain-http "$ZAPP"
+check "8c: bteam: plain ctr pull of it" ctr_ -n bteam images pull --plain-http --user "alice:$PW_ALICE" --snapshotter pullgate "$ZAPP"
+check_out "8c: bteam's p1 runs it" "private app" run_img bteam b8a --snapshotter-label "$PL=p1" "$ZAPP"
+out=$(run_img bteam b8b --snapshotter-label "$PL=p2" "$ZAPP" 2>&1); rc=$?
+refused8() { [ "$rc" -ne 0 ] && grep -qF "$DENIED \"bteam\" (principal \"p2\")" <<<"$out" && ! grep -qF "private app" <<<"$out"; }
+if refused8; then pass "8c: p2's run is refused by the gate and shows nothing of the image"
+else fail "8c: p2's run is refused by the gate and shows nothing of the image (rc=$rc: $(head -c 600 <<<"$out"))"; fi
+if refused8 && grep -qF "zteam/app" <<<"$out"; then pass "8c: the refusal names bteam's own image zteam/app"
+else fail "8c: the refusal names bteam's own image zteam/app: $(grep -oE "$DENIED.{0,400}" <<<"$out" | head -1)"; fi
+if refused8 && ! grep -qF "private/app" <<<"$out"; then pass "8c: the refusal does not name A's repository private/app"
+else fail "8c: the refusal does not name A's repository private/app: $(grep -oE "$DENIED.{0,400}" <<<"$out" | head -1)"; fi
+settle_gc bteam
+
+log "8d. a decompression bomb: a layer of 3 GiB of zeros in about 100 KB"
+# gzip cannot expand by more than about 1030:1 (deflate's limit), under the 1100:1 a layer may;
+# zstd's RLE blocks expand 32768:1 (mkimage.py --zero-layer-gib).
+mk "$WORK/bomb" --tag v1 --message "bomb" --zero-layer-gib 3
+BOMB=$REG_pub/bomber/zeros:v1
+push_image "$WORK/bomb" v1 "$BOMB" || fail "push the bomb image"
+# The bomb layer's size, and what its zstd frame expands to (summed from its block headers).
+read -r BC BU < <(python3 - "$WORK/bomb" <<'PY'
+import json, sys
+d = sys.argv[1]
+path = lambda dg: f"{d}/blobs/sha256/{dg.split(':', 1)[1]}"
+m = json.load(open(path(json.load(open(f"{d}/index.json"))["manifests"][0]["digest"])))
+l = next(x for x in m["layers"] if x["mediaType"].endswith("+zstd"))
+z = open(path(l["digest"]), "rb").read()
+assert z[:4] == b"\x28\xb5\x2f\xfd" and z[4] == 0, "not a frame of this shape"
+pos, total, last = 6, 0, 0
+while not last:
+    h = int.from_bytes(z[pos:pos + 3], "little"); pos += 3
+    last, kind, n = h & 1, (h >> 1) & 3, h >> 3
+    assert kind in (0, 1), kind
+    total += n; pos += n if kind == 0 else 1
+assert pos == len(z)
+print(len(z), total)
+PY
+)
+if [ -n "${BU:-}" ] && [ "$BU" -gt $((1 << 30)) ] && [ "$BU" -gt $((1100 * BC)) ]; then
+  pass "8d: the bomb layer ($BC bytes) expands to $BU bytes: more than 1 GiB and more than 1100 x its size"
+  # pullgate's CPU time (utime + stime, in clock ticks) from /proc/PID/stat.
+  pg_ticks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$PG_PID/stat"; }
+  t0=$(pg_ticks); s=$SECONDS
+  out=$(pgt 30 verify -n bomber --plain-http "$BOMB" 2>&1); rc=$?
+  el=$((SECONDS - s)); sleep 1; t1=$(pg_ticks)
+  cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", (b - a) / hz}')
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF "expands to more than" <<<"$out"; then pass "8d: pullgate verify of the bomb fails within 30 s (${el}s): 'expands to more than'"
+  else fail "8d: pullgate verify of the bomb fails within 30 s: 'expands to more than' (rc=$rc after ${el}s: $(head -c 600 <<<"$out"))"; fi
+  check "8d: pullgate spent less than 10 s of CPU on it (${cpu}s)" awk -v c="$cpu" 'BEGIN {exit !(c < 10)}'
+  check_no_grants "8d: nothing was recorded for bomber" bomber
+else
+  fail "8d: setup: the bomb layer must expand to more than 1 GiB and more than 1100 x its size (${BC:-?} bytes -> ${BU:-?})"
+fi
 
 log "secrets: no password, Basic credential or bearer token in pullgate's files and log, nor in containerd's"
 PATS=$WORK/secret-patterns

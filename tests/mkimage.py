@@ -2,7 +2,7 @@
 """Writes a byte-for-byte reproducible OCI image layout for pullgate's tests and benchmarks.
 
   mkimage.py DIR --tag TAG [--message TEXT] [--extra-layers N --layer-mb MB --seed S]
-             [--base-note TEXT] [--claim-diff-ids D1,D2,...]
+             [--base-note TEXT] [--claim-diff-ids D1,D2,...] [--zero-layer-gib G]
 
 The image has busybox (Debian's busybox-static) in its base layer, a layer that a later layer
 whites out, and a top layer with /msg. Its command prints /msg and lists /etc/pullgate-test:
@@ -14,7 +14,12 @@ benchmarks. The same arguments always give the same digests.
 every chain) differs from every other image's (by default all images share the busybox base).
 --claim-diff-ids writes the given diffIDs into the config's rootfs.diff_ids instead of the
 real ones (an attacker's forged config: the manifest still lists this image's own layer blobs);
-it must name one diffID per layer. Without these options the output is unchanged.
+it must name one diffID per layer.
+--zero-layer-gib adds, below the /msg layer, a decompression bomb: a tar holding one file /zeros
+of G GiB of zeros, compressed as a zstd frame written by hand from RLE blocks (4 bytes per
+128 KiB, about 32000:1; gzip cannot pass about 1030:1), media type tar+zstd. Its diffID is the
+real one, hashed while the tar streams by (never held in memory).
+Without these options the output is unchanged.
 """
 import argparse, gzip, hashlib, io, json, os, random, tarfile
 
@@ -41,6 +46,35 @@ def tar_bytes(entries):
     return buf.getvalue()
 
 
+def zero_layer(gib):
+    """(compressed bytes, diffID) of a tar with one file /zeros of `gib` GiB of zeros, as a
+    zstd frame of one raw block (the tar header) and RLE blocks of zeros (the file, the tar's
+    end-of-archive blocks and its padding to tarfile's record size)."""
+    ti = tarfile.TarInfo("zeros")
+    ti.mtime, ti.uid, ti.gid, ti.uname, ti.gname, ti.mode = 0, 0, 0, "", "", 0o644
+    ti.size = int(gib * (1 << 30)) // 512 * 512
+    head = ti.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+    nzero = ti.size + 2 * tarfile.BLOCKSIZE
+    nzero += -(len(head) + nzero) % tarfile.RECORDSIZE
+    h = hashlib.sha256(head)
+    chunk = bytes(1 << 20)
+    left = nzero
+    while left:
+        n = min(left, len(chunk))
+        h.update(chunk if n == len(chunk) else chunk[:n])
+        left -= n
+    block = 128 << 10  # the largest block; also the window (descriptor 0x38: 2**17)
+    assert len(head) <= block
+    frame = bytearray(b"\x28\xb5\x2f\xfd\x00\x38")  # magic; no content size, no checksum
+    frame += (len(head) << 3).to_bytes(3, "little") + head  # raw block, not last
+    full, rest = divmod(nzero, block)
+    sizes = [block] * full + ([rest] if rest else [])
+    for i, n in enumerate(sizes):
+        last = 1 if i == len(sizes) - 1 else 0
+        frame += ((n << 3) | (1 << 1) | last).to_bytes(3, "little") + b"\x00"  # RLE block of 0x00
+    return bytes(frame), "sha256:" + h.hexdigest()
+
+
 def blob(out, data):
     d = hashlib.sha256(data).hexdigest()
     with open(os.path.join(out, "blobs", "sha256", d), "wb") as f:
@@ -58,6 +92,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--base-note", help="add /etc/base-note with this text to the base layer")
     ap.add_argument("--claim-diff-ids", help="comma-separated diffIDs to write into the config instead of the real ones")
+    ap.add_argument("--zero-layer-gib", type=float,
+                    help="add a decompression bomb layer: one file of this many GiB of zeros (zstd)")
     ap.add_argument("--nested-index", action="store_true",
                     help="tag an image index (one linux/amd64 entry) instead of the manifest")
     a = ap.parse_args()
@@ -77,12 +113,20 @@ def main():
     for i in range(a.extra_layers):
         size = int(a.layer_mb * 1024 * 1024)
         layers.append([("data", "dir", None, 0o755), (f"data/blob-{i}", "file", rng.randbytes(size), 0o644)])
+    if a.zero_layer_gib is not None:
+        layers.append(None)  # the bomb, built by zero_layer
     layers.append([("msg", "file", (a.message + "\n").encode(), 0o644)])
 
     out = a.dir
     os.makedirs(os.path.join(out, "blobs", "sha256"), exist_ok=True)
     diff_ids, descs = [], []
     for entries in layers:
+        if entries is None:
+            z, diff_id = zero_layer(a.zero_layer_gib)
+            diff_ids.append(diff_id)
+            d, n = blob(out, z)
+            descs.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+zstd", "digest": d, "size": n})
+            continue
         raw = tar_bytes(entries)
         diff_ids.append("sha256:" + hashlib.sha256(raw).hexdigest())
         zbuf = io.BytesIO()
