@@ -357,15 +357,9 @@ pgt() { local t=$1 sub=$2; shift 2; timeout "$t" "$PG_BIN" "$sub" --address "$PG
 # hosts8 NAME HOST: prints the hosts dir $WORK/h8-NAME, creating NAME/HOST/ in it; the test
 # writes (or makes) NAME/HOST/hosts.toml.
 hosts8() { mkdir -p "$WORK/h8-$1/$2" && echo "$WORK/h8-$1"; }
-# check_usage DESC PATTERN LEAK CMD...: passes when CMD exits 2 (bad argument), its output matches
-# the ERE PATTERN and does not contain LEAK (empty: not checked).
-check_usage() {
-  local d=$1 pat=$2 leak=$3; shift 3
-  local out; out=$("$@" 2>&1); local rc=$?
-  if [ $rc -ne 2 ] || ! grep -qiE -- "$pat" <<<"$out"; then fail "$d (rc=$rc, want exit 2 saying /$pat/, got: $(head -c 600 <<<"$out"))"
-  elif [ -n "$leak" ] && grep -qF -- "$leak" <<<"$out"; then fail "$d: refused, but the output carries '$leak': $(head -c 600 <<<"$out")"
-  else pass "$d"; fi
-}
+# check_usage DESC PATTERN LEAK CMD...: CMD exits 2 (bad argument), says PATTERN, and does not
+# carry LEAK (empty: not checked).
+check_usage() { check_refused_rc 2 "$@"; }
 
 log "8a. --hosts-dir: the CLI reads only a small regular file, never quotes it, takes only its server"
 D=$(hosts8 link "$REG_h"); ln -s "$WORK/t8-secret" "$D/$REG_h/hosts.toml"

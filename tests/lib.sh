@@ -38,10 +38,14 @@ check_err() {
 # PATTERN, and it does not contain LEAK (what the refused container or image would have printed,
 # e.g. its private /msg; empty: not checked). For refusals of a run or an unpack: the exit code
 # and the message alone would pass a run that printed the private content and then failed.
-check_refused() {
-  local d=$1 pat=$2 leak=$3; shift 3
+check_refused() { check_refused_rc any "$@"; }
+# check_refused_rc RC DESC PATTERN LEAK CMD...: check_refused, and CMD's exit code must be RC
+# (`any`: any failure).
+check_refused_rc() {
+  local want=$1 d=$2 pat=$3 leak=$4; shift 4
   local out; out=$("$@" 2>&1); local rc=$?
-  if [ $rc -eq 0 ] || ! grep -qiE -- "$pat" <<<"$out"; then fail "$d (rc=$rc, want a failure saying /$pat/, got: $(head -c 600 <<<"$out"))"
+  if [ $rc -eq 0 ] || { [ "$want" != any ] && [ $rc -ne "$want" ]; } || ! grep -qiE -- "$pat" <<<"$out"; then
+    fail "$d (rc=$rc, want exit ${want/any/non-zero} saying /$pat/, got: $(head -c 600 <<<"$out"))"
   elif [ -n "$leak" ] && grep -qF -- "$leak" <<<"$out"; then fail "$d: refused, but the output carries '$leak': $(head -c 600 <<<"$out")"
   else pass "$d"; fi
 }
