@@ -171,7 +171,15 @@ impl Api {
         })?;
         match decision {
             Ok(()) => Ok(Ok(())),
-            Err(GateError::Denied(d)) => Ok(Err(d.to_string())),
+            // The requester named the image itself: the refusal and its fix may name it.
+            Err(GateError::Denied(mut d)) => {
+                if d.image.is_none() {
+                    let shown = crate::reference::excerpt(&reference.to_string());
+                    d.fix = d.fix.replace(" IMAGE", &format!(" {shown}"));
+                    d.image = Some(shown);
+                }
+                Ok(Err(d.to_string()))
+            }
             Err(e @ GateError::Ledger(_)) => Ok(Err(e.to_string())),
         }
     }

@@ -129,6 +129,7 @@ if [ $rc -ne 0 ] && grep -qF "$DENIED \"B\"" <<<"$out" && grep -qF "pullgate ver
 else fail "attack 1 (digest adoption): rc=$rc: $out"; fi
 settle_gc B
 check_has "pullgate check says denied for B" "denied: $DENIED \"B\"" pg check -n B "$HPRIV"
+check_has "and its fix names the reference B asked about" "pullgate verify -n B --user USER:PASSWORD $HPRIV" pg check -n B "$HPRIV"
 
 log "3b. an unknown base layer under A's private layers: the gate finds them by chainID arithmetic"
 # An attacker's image: a base layer pullgate never saw (so no chain above it is recorded), then
