@@ -179,7 +179,7 @@ impl Puller {
         // A verify of a manifest whose blobs this origin all served, and pullgate all paired,
         // touches no content.
         got.needs_content = full || facts.known.is_none() || facts.served.iter().any(|s| !s) || facts.paired.iter().any(Option::is_none);
-        let digests: Vec<&str> = image.all().map(|b| b.digest.as_str()).collect();
+        let digests = image.digests();
         if got.needs_content {
             cd.begin_lease().await?;
             // Held first, then looked for: what is found present stays present.
@@ -320,8 +320,7 @@ impl Puller {
 
     /// Labels in the namespace's content store: where the blobs came from, and for whom.
     async fn label(&self, image: &Image, got: &Gathered, who: &HashMap<String, String>, cd: &Containerd) -> Result<()> {
-        let digests: Vec<&str> = image.all().map(|b| b.digest.as_str()).collect();
-        let present = if got.needs_content { got.present.clone() } else { cd.present(&digests).await? };
+        let present = if got.needs_content { got.present.clone() } else { cd.present(&image.digests()).await? };
         for b in image.all() {
             if present.contains(&b.digest) {
                 match cd.label_content(&b.digest, who).await {
@@ -525,6 +524,11 @@ impl Image {
     /// The config, then the layers.
     fn all(&self) -> impl Iterator<Item = &Blob> {
         std::iter::once(&self.config).chain(&self.layers)
+    }
+
+    /// Their digests, in the same order.
+    fn digests(&self) -> Vec<&str> {
+        self.all().map(|b| b.digest.as_str()).collect()
     }
 }
 
