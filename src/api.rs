@@ -116,9 +116,11 @@ impl Api {
     /// answered (https by the registry's name, plain http with its scheme, or wherever the
     /// daemon's hosts.toml sends the name). Revoking by reference takes them all.
     fn origins_of(&self, r: &Reference) -> Vec<String> {
-        let mut out = vec![r.origin(), format!("http://{}", r.origin())];
-        if let Ok(ep) = crate::registry::hosts::endpoint(&r.host, self.puller.hosts_dir.as_deref(), false, None) {
-            out.push(format!("{}/{}", ep.base.strip_prefix("https://").unwrap_or(&ep.base), r.repo));
+        let mut out = Vec::new();
+        for (hosts_dir, plain_http) in [(None, false), (None, true), (self.puller.hosts_dir.as_deref(), false)] {
+            if let Ok(ep) = crate::registry::hosts::endpoint(&r.host, hosts_dir, plain_http, None) {
+                out.push(crate::registry::origin_at(&ep.base, &r.repo));
+            }
         }
         out.sort();
         out.dedup();

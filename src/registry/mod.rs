@@ -69,6 +69,17 @@ pub struct Resolved {
     pub parsed: oci_spec::image::ImageManifest,
 }
 
+/// How origins name an endpoint base URL (`https://host[:port]` or `http://host:port`):
+/// `host[:port]` for https, `http://host:port` for plain http.
+pub fn endpoint_name(base: &str) -> &str {
+    base.strip_prefix("https://").unwrap_or(base)
+}
+
+/// The origin of repository `repo` at the endpoint base URL `base`.
+pub fn origin_at(base: &str, repo: &str) -> String {
+    format!("{}/{repo}", endpoint_name(base))
+}
+
 /// The endpoint part of an origin recorded by [`Session::origin`] (everything before the
 /// repository).
 pub fn origin_endpoint(origin: &str) -> &str {
@@ -137,14 +148,14 @@ impl Session {
     /// registry's own name when no hosts.toml redirects it), `http://host:port` for plain http,
     /// so that a plain-http answer never counts as the https registry of the same name.
     pub fn endpoint(&self) -> &str {
-        self.base.strip_prefix("https://").unwrap_or(&self.base)
+        endpoint_name(&self.base)
     }
 
     /// The origin this session's answers are recorded under: the endpoint actually contacted
     /// plus the repository (`registry.example/team/app`, `http://127.0.0.1:5000/private/app`),
     /// never the name a hosts.toml or `--plain-http` sent elsewhere.
     pub fn origin(&self) -> String {
-        format!("{}/{}", self.endpoint(), self.repo)
+        origin_at(&self.base, &self.repo)
     }
 
     fn unavailable(&self, e: impl std::fmt::Display) -> RegistryError {
