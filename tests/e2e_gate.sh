@@ -424,6 +424,11 @@ sleep 4
 check_refused "after reverify_after, A is refused" "older than reverify_after" "$LEAK" run_img A a5 "$HPRIV"
 check "verify again, and A runs again" verify_then_run a6
 restart_pullgate "" || exit 1
+# By reference: the grant at that registry's origin (http://..., as recorded) goes, the token
+# registry's stays (A still runs the image through it: the same layers, served there too).
+check_out "pullgate revoke -n A $HPRIV revokes the htpasswd registry's grant" "revoked 1 grant" pg revoke -n A "$HPRIV"
+check "and only that one: A's grant at $ORIGIN_t stays" bash -c "'$PG_BIN' grants --address '$PG/api.sock' -n A | grep -qF '$ORIGIN_t' && ! '$PG_BIN' grants --address '$PG/api.sock' -n A | grep -qF '$ORIGIN_h'"
+check "verify restores it" pg verify -n A --plain-http --user "alice:$PW_ALICE" "$HPRIV"
 check_out "pullgate revoke -n A" "revoked" pg revoke -n A
 check_refused "after revoke, A is refused" "$DENIED \"A\"" "$LEAK" run_img A a7 "$HPRIV"
 check_refused "after revoke, a view of A's top chain (ctr snapshots view) is refused too" "$DENIED \"A\"" "" \
