@@ -79,6 +79,17 @@ pub fn validate_name(what: &str, s: &str, allow_empty: bool) -> Result<()> {
     Ok(())
 }
 
+/// Principals as the snapshotter accepts them (see `snapshotter::principal_is_valid`).
+fn validate_principal(p: &str) -> Result<()> {
+    if !crate::snapshotter::principal_is_valid(p) {
+        let shown = crate::reference::excerpt(p);
+        return Err(ApiError::Invalid(format!(
+            "invalid principal {shown:?}: at most 253 printable characters without whitespace; '/' separates parts, none empty, '.' or '..'"
+        )));
+    }
+    Ok(())
+}
+
 pub struct Api {
     pub puller: Arc<Puller>,
     pub gate: Arc<Gate>,
@@ -91,7 +102,7 @@ pub fn server(api: Api) -> PullgateServer<Api> {
 impl Api {
     fn pull_request(r: proto::PullRequest) -> Result<pull::Request> {
         validate_name("namespace", &r.namespace, false)?;
-        validate_name("principal", &r.principal, true)?;
+        validate_principal(&r.principal)?;
         let reference = Reference::parse(&r.reference)?;
         let cred = if r.user.is_empty() {
             None
@@ -109,7 +120,7 @@ impl Api {
         if let Some(s) = &server {
             crate::registry::hosts::endpoint(&reference.host, None, r.plain_http, Some(s)).map_err(|e| ApiError::Invalid(e.to_string()))?;
         }
-        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, server, platform })
+        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, server, platform, image_labels: Default::default(), extra_names: vec![] })
     }
 
     /// Every origin a grant for `r` may be recorded under: origins name the endpoint that
@@ -141,7 +152,7 @@ impl Api {
     /// makes on a container's Prepare, from the ledger alone.
     fn check(&self, r: &proto::CheckRequest) -> Result<std::result::Result<(), String>> {
         validate_name("namespace", &r.namespace, false)?;
-        validate_name("principal", &r.principal, true)?;
+        validate_principal(&r.principal)?;
         let reference = Reference::parse(&r.reference)?;
         let subject = Subject { namespace: &r.namespace, principal: &r.principal };
         let decision = self.puller.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
@@ -307,7 +318,7 @@ impl Pullgate for Api {
     async fn revoke(&self, req: Request<proto::RevokeRequest>) -> std::result::Result<Response<proto::RevokeResponse>, Status> {
         let r = req.into_inner();
         validate_name("namespace", &r.namespace, false)?;
-        validate_name("principal", &r.principal, true)?;
+        validate_principal(&r.principal)?;
         let origins = if r.reference.is_empty() { None } else { Some(self.origins_of(&Reference::parse(&r.reference).map_err(ApiError::from)?)) };
         let principal = if r.all_principals { None } else { Some(r.principal.as_str()) };
         let origin = origins.as_ref().map(|o| o.join(" "));
@@ -350,7 +361,11 @@ mod tests {
     #[test]
     fn names() {
         assert!(validate_name("namespace", "team-a", false).is_ok());
-        assert!(validate_name("principal", "", true).is_ok());
+        assert!(validate_principal("").is_ok());
+        assert!(validate_principal("team-a/web-0").is_ok());
+        for bad in ["../x", "a//b", "a/", "/a", "a b", "./a"] {
+            assert!(validate_principal(bad).is_err(), "{bad}");
+        }
         for bad in ["", "a/b", "a b", "a\u{0}", "x\n"] {
             assert!(validate_name("namespace", bad, false).is_err(), "{bad:?}");
         }

@@ -25,6 +25,44 @@ pub struct Config {
     pub namespaces: std::collections::BTreeMap<String, NamespaceConfig>,
     #[serde(default)]
     pub registry: RegistryConfig,
+    #[serde(default)]
+    pub cri: CriConfig,
+}
+
+/// Whose grant a pod's pull records, and whose grant its containers need.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CriPrincipal {
+    /// The pod's Kubernetes namespace (pull secrets are namespaced objects).
+    #[default]
+    Namespace,
+    /// `<namespace>/<pod name>`.
+    Pod,
+}
+
+/// The CRI front (kubelet's `containerRuntimeEndpoint` and `imageServiceEndpoint`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CriConfig {
+    /// Serve the CRI front (off by default).
+    #[serde(default)]
+    pub enable: bool,
+    /// Unix socket kubelet talks to (0600).
+    #[serde(default = "default_cri_socket")]
+    pub socket: PathBuf,
+    /// containerd's CRI (its gRPC socket); unset: `[daemon] containerd_address`.
+    #[serde(default)]
+    pub containerd_address: Option<PathBuf>,
+    #[serde(default)]
+    pub principal: CriPrincipal,
+}
+
+fn default_cri_socket() -> PathBuf { PathBuf::from("/run/pullgate/cri.sock") }
+
+impl Default for CriConfig {
+    fn default() -> Self {
+        CriConfig { enable: false, socket: default_cri_socket(), containerd_address: None, principal: CriPrincipal::Namespace }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -181,6 +219,18 @@ impl Config {
         if d.snapshotter_socket == d.api_socket {
             return Err(ConfigError::Invalid("[daemon] snapshotter_socket and api_socket must differ".into()));
         }
+        if self.cri.enable {
+            let c = &self.cri;
+            if !c.socket.is_absolute() || c.containerd_address.as_ref().is_some_and(|a| !a.is_absolute()) {
+                return Err(ConfigError::Invalid("[cri] socket and containerd_address must be absolute paths".into()));
+            }
+            if c.socket == d.snapshotter_socket || c.socket == d.api_socket {
+                return Err(ConfigError::Invalid("[cri] socket must differ from pullgate's other sockets".into()));
+            }
+            if Some(&c.socket) == c.containerd_address.as_ref() || c.socket == d.containerd_address {
+                return Err(ConfigError::Invalid("[cri] socket is containerd's own socket: pullgate would forward CRI to itself".into()));
+            }
+        }
         tracing_subscriber::EnvFilter::try_new(&d.log_level)
             .map_err(|e| ConfigError::Invalid(format!("[daemon] log_level {:?}: {e}", d.log_level)))?;
         for a in &self.policy.allowlist {
@@ -252,6 +302,16 @@ mod tests {
         assert_eq!(parse_duration_secs("7d"), Some(604800));
         assert_eq!(parse_duration_secs("0s"), None);
         for bad in ["[policy]\nverification='Sometimes'", "[policy]\nallowlist=['reg.io/app:v1']", "[policy]\nreverify_after='soon'", "[registry]\ntimeout='0s'"] {
+            assert!(Config::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cri_keys() {
+        let c = Config::parse("[cri]\nenable=true\nsocket='/run/x/cri.sock'\nprincipal='pod'\n").unwrap();
+        assert!(c.cri.enable && c.cri.principal == CriPrincipal::Pod && c.cri.containerd_address.is_none());
+        assert!(!Config::parse("").unwrap().cri.enable);
+        for bad in ["[cri]\nenable=true\nsocket='rel'", "[cri]\nenable=true\nsocket='/run/containerd/containerd.sock'", "[cri]\nprincipal='node'"] {
             assert!(Config::parse(bad).is_err(), "{bad}");
         }
     }

@@ -98,7 +98,8 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         let root = root.clone();
         let gate = gate.clone();
         // redb panics on some kinds of damage: report it and refuse to serve (fail closed).
-        tokio::task::spawn_blocking(move || Snapshotter::open(&root, driver, gate)).await.map_err(|e| DaemonError::Io {
+        let admission_only = cfg.cri.enable.then(|| crate::cri::CRI_NAMESPACE.to_string());
+        tokio::task::spawn_blocking(move || Snapshotter::open(&root, driver, gate).map(|s| s.with_admission_only(admission_only))).await.map_err(|e| DaemonError::Io {
             context: "the metadata database is damaged (opening it panicked); refusing to serve:",
             path: cfg.daemon.root.join("metadata.redb"),
             source: io::Error::other(e),
@@ -124,15 +125,33 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         policy = ?cfg.policy.verification, "pullgate serving");
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(tx));
+    let (cri_puller, snap_cri, rx_cri) = (puller.clone(), snap.clone(), rx.clone());
     let snapshots = tonic::transport::Server::builder()
         .add_service(service::server(snap))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), stopped(rx.clone()));
     let api = tonic::transport::Server::builder()
         .add_service(crate::api::server(crate::api::Api { puller, gate }))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(api_listener), stopped(rx));
-    let result = tokio::try_join!(snapshots, api);
+    let cri_sock = cfg.cri.enable.then(|| cfg.cri.socket.clone());
+    let cri = async {
+        let Some(path) = &cri_sock else { return Ok(()) };
+        let upstream = cfg.cri.containerd_address.clone().unwrap_or_else(|| cfg.daemon.containerd_address.clone());
+        let (runtime, images) = crate::cri::services(crate::cri::Front::new(upstream.clone(), cri_puller, snap_cri, cfg.cri.principal));
+        let listener = bind_socket(path)?;
+        tracing::info!(socket = %path.display(), containerd = %upstream.display(), principal = ?cfg.cri.principal, "CRI front serving");
+        tonic::transport::Server::builder()
+            .add_service(runtime)
+            .add_service(images)
+            .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), stopped(rx_cri))
+            .await
+            .map_err(DaemonError::from)
+    };
+    let result = tokio::try_join!(async { snapshots.await.map_err(DaemonError::from) }, async { api.await.map_err(DaemonError::from) }, cri);
     let _ = fs::remove_file(sock);
     let _ = fs::remove_file(api_sock);
+    if let Some(p) = &cri_sock {
+        let _ = fs::remove_file(p);
+    }
     result?;
     Ok(())
 }

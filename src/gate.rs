@@ -203,19 +203,18 @@ impl Gate {
         Ok(next)
     }
 
-    /// Use: a container rootfs or a view on top of `parent`, by `s.principal`.
+    /// Use: a container rootfs or a view on top of `parent`, by `s.principal`. In a namespace
+    /// that requires principals, a request without one may use public layers only.
     pub fn use_chain(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo) -> Result<(), GateError> {
-        if self.cfg.policy != Policy::NeverVerify && s.principal.is_empty() && self.cfg.require_principal.contains(s.namespace) {
-            return Err(self.deny(
-                s,
-                format!("chain {}", if parent.chain_id.is_empty() { "(unnamed)" } else { &parent.chain_id }),
-                None,
-                "this namespace requires a principal".into(),
-                "run with --snapshotter-label containerd.io/snapshot/pullgate.principal=NAME".into(),
-            ));
-        }
         let mut grants = GrantView::load(tx, s.namespace)?;
-        self.check_chain(tx, s, parent, None, true, &mut grants)
+        match self.check_chain(tx, s, parent, None, true, &mut grants) {
+            Err(GateError::Denied(mut d)) if s.principal.is_empty() && self.cfg.require_principal.contains(s.namespace) => {
+                d.reason = format!("this namespace requires a principal, and no principal was given ({})", d.reason);
+                d.fix = "run with --snapshotter-label containerd.io/snapshot/pullgate.principal=NAME (under Kubernetes: through pullgate's CRI socket)".into();
+                Err(GateError::Denied(d))
+            }
+            other => other,
+        }
     }
 
     /// Checks every layer of `chain`, then `extra` (the layer an extract adds).
@@ -244,8 +243,17 @@ impl Gate {
         self.principal_ok(s, g, per_principal) && self.fresh(g.grant.verified_at, now)
     }
 
+    /// Whether grant `g` speaks for `s`: any grant of the namespace materialises; for use, the
+    /// principal's own grants, and namespace-wide ones unless the namespace requires principals
+    /// (where a request without a principal has no grant at all).
     fn principal_ok(&self, s: &Subject, g: &ledger::GrantEntry, per_principal: bool) -> bool {
-        !per_principal || g.principal == s.principal || (g.principal.is_empty() && !self.cfg.require_principal.contains(s.namespace))
+        if !per_principal {
+            return true;
+        }
+        if self.cfg.require_principal.contains(s.namespace) {
+            return !s.principal.is_empty() && g.principal == s.principal;
+        }
+        g.principal == s.principal || g.principal.is_empty()
     }
 
     fn fresh(&self, verified_at: i64, now: i64) -> bool {
@@ -482,6 +490,9 @@ mod tests {
         s.read(|tx| -> Result<(), StoreError> {
             let m = denied(g.use_chain(tx, &subj("n", ""), &chain_ab()));
             assert!(m.contains("requires a principal"), "{m}");
+            // Public layers need no principal (a pod's sandbox image, a public app image).
+            let public = ChainInfo { diff_ids: vec![d('p')], ..Default::default() };
+            g.use_chain(tx, &subj("n", ""), &public).unwrap();
             // Namespace-wide grants do not count where principals are required.
             denied(g.use_chain(tx, &subj("n", "p2"), &chain_ab()));
             g.use_chain(tx, &subj("n", "p1"), &chain_ab()).unwrap();

@@ -12,6 +12,7 @@ pub mod benchkit;
 pub mod cli;
 pub mod config;
 pub mod credential;
+pub mod cri;
 pub mod crashpoint;
 pub mod daemon;
 pub mod diffid;

@@ -25,6 +25,10 @@ const SNAPSHOT_REFS_BUILT: &str = "snapshot_refs_index";
 /// Commit of an extraction the puller registered and checked; no request, label or Update can
 /// set or change it. Only these snapshots are offered to another namespace for adoption.
 const OWN_CHAINS: TableDefinition<&str, &str> = TableDefinition::new("own_chains");
+/// Container snapshots prepared on the CRI front's admission: key -> the principal the front
+/// decided for (the pod's). Written only by the Prepare that consumed the admission; no label,
+/// request or Update can set or change it. Task start (Mounts) decides again with it.
+const ADMITTED: TableDefinition<&str, &str> = TableDefinition::new("admitted_principals");
 /// Named counters ("next_id", markers of one-time upgrades).
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
@@ -154,6 +158,7 @@ impl MetaStore {
         txn.open_table(COUNTERS)?;
         txn.open_table(SNAPSHOT_REFS)?;
         txn.open_table(OWN_CHAINS)?;
+        txn.open_table(ADMITTED)?;
         for c in Collection::ALL {
             txn.open_table(c.def())?;
         }
@@ -312,6 +317,10 @@ impl ReadTx {
     pub fn own_chain(&self, key: &str) -> Result<Option<String>, StoreError> {
         Ok(self.0.open_table(OWN_CHAINS)?.get(key)?.map(|v| v.value().to_string()))
     }
+    /// The principal the CRI front admitted snapshot `key` for, if it was prepared on one.
+    pub fn admitted(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.0.open_table(ADMITTED)?.get(key)?.map(|v| v.value().to_string()))
+    }
     pub fn all(&self) -> Result<Vec<(String, Record)>, StoreError> {
         scan_in(&self.0.open_table(SNAPSHOTS)?, "")
     }
@@ -348,6 +357,12 @@ impl WriteTx {
     /// Records that committed snapshot `key` is pullgate's own unpack of chain `chain`.
     pub fn set_own_chain(&mut self, key: &str, chain: &str) -> Result<(), StoreError> {
         self.0.open_table(OWN_CHAINS)?.insert(key, chain)?;
+        Ok(())
+    }
+
+    /// Records that snapshot `key` was prepared on the CRI front's admission for `principal`.
+    pub fn set_admitted(&mut self, key: &str, principal: &str) -> Result<(), StoreError> {
+        self.0.open_table(ADMITTED)?.insert(key, principal)?;
         Ok(())
     }
 
@@ -415,6 +430,7 @@ impl WriteTx {
                 self.0.open_table(SNAPSHOT_REFS)?.remove((t.as_str(), key))?;
             }
             self.0.open_table(OWN_CHAINS)?.remove(key)?;
+            self.0.open_table(ADMITTED)?.remove(key)?;
             self.0.open_table(SNAPSHOTS)?.remove(key)?;
         }
         Ok(old)

@@ -281,13 +281,17 @@ impl Containerd {
         w.commit(labels).await
     }
 
-    pub async fn put_image(&self, name: &str, target: Descriptor) -> Result<()> {
-        let image = Image { name: name.to_string(), target: Some(target), ..Default::default() };
+    /// Creates or updates image record `name` pointing at `target`, with `labels` set (other
+    /// labels of an existing record are kept).
+    pub async fn put_image(&self, name: &str, target: Descriptor, labels: HashMap<String, String>) -> Result<()> {
+        let mut paths = vec!["target".to_string()];
+        paths.extend(labels.keys().map(|k| format!("labels.{k}")));
+        let image = Image { name: name.to_string(), target: Some(target), labels, ..Default::default() };
         let mut images = ImagesClient::new(self.channel.clone());
         match images.create(self.req(CreateImageRequest { image: Some(image.clone()), source_date_epoch: None })).await {
             Ok(_) => Ok(()),
             Err(s) if s.code() == Code::AlreadyExists => {
-                let mask = prost_types::FieldMask { paths: vec!["target".into()] };
+                let mask = prost_types::FieldMask { paths };
                 images
                     .update(self.req(UpdateImageRequest { image: Some(image), update_mask: Some(mask), source_date_epoch: None }))
                     .await

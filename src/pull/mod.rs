@@ -57,6 +57,12 @@ pub struct Request {
     /// The server the request's own hosts.toml names for the registry (read by the CLI).
     pub server: Option<String>,
     pub platform: String,
+    /// Labels of the image records a pull creates (the CRI front's `io.cri-containerd.image`).
+    pub image_labels: HashMap<String, String>,
+    /// More image records a pull creates for the same image, `{digest}` standing for the
+    /// record's target digest and `{config}` for the config's (the CRI front's image ID and
+    /// `repo@digest` records).
+    pub extra_names: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -68,6 +74,10 @@ pub struct Outcome {
     /// Layers unpacked (extracted) by this pull, and adopted from an existing chain.
     pub extracted: usize,
     pub adopted: usize,
+    /// The config's digest (CRI's image ID).
+    pub config: String,
+    /// What the image records point at (a pull only).
+    pub target: Option<Descriptor>,
 }
 
 pub struct Puller {
@@ -137,7 +147,7 @@ impl Puller {
     ) -> Result<Outcome> {
         let image = Image::of(req, resolved, sess)?;
         let identity = self.key.identity(&req.reference.host, req.cred.as_ref());
-        let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), ..Default::default() };
+        let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), config: image.config.digest.clone(), ..Default::default() };
         let facts = self.facts(&image, &out.manifest)?;
         let mut got = self.gather(&image, &facts, full, sess, resolved, cd).await?;
         out.downloaded = std::mem::take(&mut got.downloaded);
@@ -155,7 +165,12 @@ impl Puller {
         let target = self.store_image_content(&image, resolved, &diff_ids, &who, cd).await?;
         crate::crashpoint::hit("pull.labelled");
         self.unpack(req, &image, &diff_ids, cd, &mut out).await?;
-        cd.put_image(&image.name, target).await?;
+        cd.put_image(&image.name, target.clone(), req.image_labels.clone()).await?;
+        for name in &req.extra_names {
+            let name = name.replace("{digest}", &target.digest).replace("{config}", &image.config.digest);
+            cd.put_image(&name, target.clone(), req.image_labels.clone()).await?;
+        }
+        out.target = Some(target);
         Ok(out)
     }
 

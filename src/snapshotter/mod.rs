@@ -91,6 +91,37 @@ pub struct Snapshotter {
     cleanup_lock: RwLock<()>,
     /// Unpack steps pullgate's own pull is making, by the key name it gives them.
     own: Mutex<HashMap<String, OwnExtraction>>,
+    /// CreateContainers the CRI front decided and is forwarding, oldest first.
+    admissions: Mutex<Vec<Admission>>,
+    next_admission: std::sync::atomic::AtomicU64,
+    /// Namespaces served by the CRI front (`k8s.io`): a container's principal there comes only
+    /// from an admission, never from a label (which a pod author controls on containerd 1.6).
+    admission_only: std::collections::HashSet<String>,
+}
+
+/// The CRI front's decision that `principal` may run a container on chain `chain` in
+/// `namespace`, handed over in this process just before it forwards the CreateContainer, and
+/// consumed by the container's rootfs Prepare on that parent (containerd 1.7+ passes a
+/// container's annotations to no Prepare, so nothing on the wire can carry it).
+#[derive(Debug, Clone)]
+struct Admission {
+    id: u64,
+    namespace: String,
+    chain: String,
+    principal: String,
+}
+
+/// Keeps an admission offered while its CreateContainer is in flight; dropped, it withdraws an
+/// admission no Prepare consumed.
+pub struct AdmissionGuard {
+    snap: std::sync::Arc<Snapshotter>,
+    id: u64,
+}
+
+impl Drop for AdmissionGuard {
+    fn drop(&mut self) {
+        self.snap.admission_lock().retain(|a| a.id != self.id);
+    }
 }
 
 /// An unpack step of pullgate's own pull, registered (in this process, never over the wire)
@@ -167,11 +198,19 @@ pub fn validate_key(what: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
-/// A principal names a pod or workload inside a namespace: printable, no path separators.
+/// A principal names a pod or workload inside a namespace: printable, no whitespace, at most
+/// 253 bytes; `/` separates parts (the CRI front's `<namespace>/<pod>`), none empty, `.` or `..`.
+pub fn principal_is_valid(p: &str) -> bool {
+    p.len() <= 253
+        && !p.chars().any(|c| c.is_control() || c.is_whitespace())
+        && (p.is_empty() || p.split('/').all(|part| !part.is_empty() && part != "." && part != ".."))
+}
+
 pub fn validate_principal(p: &str) -> Result<()> {
-    if p.len() > 253 || p.chars().any(|c| c.is_control() || c == '/' || c.is_whitespace()) {
+    if !principal_is_valid(p) {
         return Err(SnapshotterError::InvalidArgument(format!(
-            "invalid principal {p:?}: at most 253 printable characters, no whitespace or '/'"
+            "invalid principal {:?}: at most 253 printable characters, no whitespace, no empty, '.' or '..' part between '/'",
+            crate::reference::excerpt(p)
         )));
     }
     Ok(())
@@ -238,7 +277,16 @@ impl Snapshotter {
         let layout = Layout::new(root, driver)?;
         let store = MetaStore::open(&root.join("metadata.redb"))?;
         store.write(crate::ledger::upgrade)?;
-        let s = Snapshotter { store, layout, gate, cleanup_lock: RwLock::new(()), own: Mutex::new(HashMap::new()) };
+        let s = Snapshotter {
+            store,
+            layout,
+            gate,
+            cleanup_lock: RwLock::new(()),
+            own: Mutex::new(HashMap::new()),
+            admissions: Mutex::new(Vec::new()),
+            next_admission: std::sync::atomic::AtomicU64::new(1),
+            admission_only: Default::default(),
+        };
         let removed = s.cleanup()?;
         if removed > 0 {
             tracing::info!(removed, "removed directories left over by an interrupted operation");
@@ -257,6 +305,75 @@ impl Snapshotter {
 
     fn read_lock(&self) -> std::sync::RwLockReadGuard<'_, ()> {
         self.cleanup_lock.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes `namespaces` take a container's principal only from the CRI front's admissions.
+    pub fn with_admission_only(mut self, namespaces: impl IntoIterator<Item = String>) -> Snapshotter {
+        self.admission_only.extend(namespaces);
+        self
+    }
+
+    fn admission_lock(&self) -> std::sync::MutexGuard<'_, Vec<Admission>> {
+        self.admissions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Offers an admission (see [`Admission`]) until the guard is dropped. Two pods admitted
+    /// for the same chain at the same moment may consume each other's admission: both were
+    /// already decided by the front for that chain, so either Prepare is one the front allowed.
+    pub fn admit(self: &std::sync::Arc<Self>, namespace: &str, chain: &str, principal: &str) -> AdmissionGuard {
+        let id = self.next_admission.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.admission_lock().push(Admission { id, namespace: namespace.into(), chain: chain.into(), principal: principal.into() });
+        AdmissionGuard { snap: self.clone(), id }
+    }
+
+    /// Consumes the oldest admission for a container on parent `parent` (a backend key) in
+    /// `namespace`: its principal.
+    fn take_admission(&self, namespace: &str, parent: &str) -> Option<String> {
+        let mut all = self.admission_lock();
+        let i = all.iter().position(|a| a.namespace == namespace && a.chain == name_of_key(parent))?;
+        Some(all.remove(i).principal)
+    }
+
+    /// The principal a new snapshot is created for: in a namespace served by the CRI front, the
+    /// admission its container Prepare consumes (none: no principal), else the label.
+    fn principal_of(&self, kind: Kind, is_extract: bool, namespace: &str, parent: &str, labels: &Labels) -> Result<(String, bool)> {
+        if self.admission_only.contains(namespace) {
+            if labels.contains_key(PRINCIPAL_LABEL) {
+                tracing::info!(%namespace, "ignoring a principal label: in a namespace served by the CRI front, principals come from its admissions only");
+            }
+            let admitted = (kind == Kind::Active && !is_extract && !parent.is_empty()).then(|| self.take_admission(namespace, parent)).flatten();
+            return Ok((admitted.clone().unwrap_or_default(), admitted.is_some()));
+        }
+        let principal = labels.get(PRINCIPAL_LABEL).cloned().unwrap_or_default();
+        validate_principal(&principal)?;
+        Ok((principal, false))
+    }
+
+    /// The CRI front's decision for a container, in `namespace` by `principal`, of an image whose
+    /// config claims layers `diff_ids`: the gate on the claimed chain, and on every committed
+    /// snapshot of that chain's name the container's Prepare could get as its parent (the
+    /// namespace's own, and pullgate's own unpacks it may adopt). Returns the chain's name.
+    pub fn decide_container(&self, namespace: &str, principal: &str, diff_ids: &[String]) -> Result<String> {
+        let top = crate::ledger::chain_ids(diff_ids).pop().unwrap_or_default();
+        let subject = Subject { namespace, principal };
+        self.store.read(|tx| -> Result<()> {
+            let claimed = ChainInfo { chain_id: top.clone(), diff_ids: diff_ids.to_vec(), ..Default::default() };
+            self.gate.use_chain(tx, &subject, &claimed)?;
+            let mut candidates = tx.with_ref(&top)?;
+            if candidates.is_empty() {
+                // A snapshot of the namespace without the label (committed by some client).
+                candidates.extend(tx.all()?.into_iter().filter(|(k, _)| namespace_of_key(k) == Some(namespace)));
+            }
+            for (k, r) in candidates {
+                let mine = namespace_of_key(&k) == Some(namespace);
+                if r.kind != Kind::Committed || name_of_key(&k) != top || !(mine || tx.own_chain(&k)?.is_some()) {
+                    continue;
+                }
+                self.gate.use_chain(tx, &subject, &Self::parent_chain(&k, r))?;
+            }
+            Ok(())
+        })?;
+        Ok(top)
     }
 
     fn own_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnExtraction>> {
@@ -318,9 +435,8 @@ impl Snapshotter {
         }
         validate_labels(&labels)?;
         let namespace = namespace_of_key(key).or(ns_hint).unwrap_or_default().to_string();
-        let principal = labels.get(PRINCIPAL_LABEL).cloned().unwrap_or_default();
-        validate_principal(&principal)?;
         let target = extract_target(kind, key);
+        let (principal, admitted) = self.principal_of(kind, target.is_some(), &namespace, parent, &labels)?;
         tracing::debug!(%namespace, key, parent, ?kind, %principal, target = target.as_deref().unwrap_or(""), "create snapshot");
         let _g = self.read_lock();
 
@@ -390,6 +506,9 @@ impl Snapshotter {
             };
             self.bind_own_extraction(key, id)?;
             tx.put(key, &rec)?;
+            if admitted {
+                tx.set_admitted(key, &principal)?;
+            }
             self.layout.install(&staged, id)?;
             installed.set(Some(id));
             crate::crashpoint::hit("snapshot.prepare-installed");
@@ -451,9 +570,12 @@ impl Snapshotter {
             }
             // Mounts is what a task start asks for: the gate decides again, so a container
             // prepared while a grant was fresh does not start once it is revoked or aged out.
-            let principal = r.labels.get(PRINCIPAL_LABEL).map(String::as_str).unwrap_or_default();
+            let principal = match self.admission_only.contains(&r.namespace) {
+                true => tx.admitted(key)?.unwrap_or_default(),
+                false => r.labels.get(PRINCIPAL_LABEL).cloned().unwrap_or_default(),
+            };
             let chain = ChainInfo { diff_ids: r.diff_ids.clone(), unknown_layers: r.unknown_layers, ..Default::default() };
-            self.gate.use_chain(tx, &Subject { namespace: &r.namespace, principal }, &chain)?;
+            self.gate.use_chain(tx, &Subject { namespace: &r.namespace, principal: &principal }, &chain)?;
             let parents = Self::chain(|k| tx.get(k), &r.parent)?;
             Ok(self.layout.mounts(r.kind, r.id, &parents))
         })

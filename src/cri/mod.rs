@@ -1,0 +1,375 @@
+//! cri: pullgate's CRI front, kubelet's `containerRuntimeEndpoint` and `imageServiceEndpoint`
+//! (`[cri] socket`), in front of containerd's own CRI. It owns three calls:
+//! - `PullImage`: pullgate's pull in namespace `k8s.io` with the pod's pull-secret credential,
+//!   recording the grant for the pod's principal, then the image records containerd's CRI makes
+//!   (image ID, `repo:tag`, `repo@digest`, labelled `io.cri-containerd.image=managed`);
+//! - `CreateContainer`: decided here, for the principal of the pod as containerd recorded it,
+//!   before forwarding; an admission then tells the snapshotter (in this process) which principal
+//!   the container's rootfs Prepare is for;
+//! - `RunPodSandbox` and `CreateContainer` lose every annotation a pod author could use to
+//!   speak to pullgate's snapshotter (`containerd.io/snapshot.ref`,
+//!   `containerd.io/snapshot/pullgate*`) before they are forwarded.
+//! Every other call, streams and methods this build does not know included, is forwarded as
+//! raw bytes, unchanged.
+pub mod wire;
+
+use crate::config::CriPrincipal;
+use crate::credential::Credential;
+use crate::pull::{self, Puller};
+use crate::reference::Reference;
+use crate::snapshotter::{Snapshotter, SnapshotterError};
+use base64::Engine;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use k8s_cri::v1 as cri;
+use prost::Message;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use tonic::codegen::{http, BoxFuture, Service};
+use tonic::transport::Channel;
+use tonic::{Code, Request, Response, Status, Streaming};
+use wire::RawCodec;
+
+/// The containerd namespace of every pod.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+/// The label containerd's CRI puts on the image records it makes.
+const MANAGED_LABEL: (&str, &str) = ("io.cri-containerd.image", "managed");
+/// kubelet's and containerd's CRI message size limit.
+const MAX_MESSAGE: usize = 16 << 20;
+
+const PULL_IMAGE: &str = "/runtime.v1.ImageService/PullImage";
+const CREATE_CONTAINER: &str = "/runtime.v1.RuntimeService/CreateContainer";
+const RUN_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/RunPodSandbox";
+
+/// Annotations a pod author could use to speak to pullgate's snapshotter: containerd passes
+/// `containerd.io/snapshot/*` annotations (1.6: a container's; all versions: a pod's, to its
+/// sandbox) and `containerd.io/snapshot.ref` to a Prepare as labels.
+fn is_snapshotter_annotation(key: &str) -> bool {
+    key == crate::snapshotter::SNAPSHOT_REF_LABEL || key.starts_with("containerd.io/snapshot/pullgate")
+}
+
+type MessageStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
+
+pub struct Front {
+    upstream: Channel,
+    upstream_address: PathBuf,
+    puller: Arc<Puller>,
+    snap: Arc<Snapshotter>,
+    principal: CriPrincipal,
+    platform: String,
+}
+
+/// The platform kubelet's node runs, as pulls select it (`linux/amd64`, `linux/arm64`).
+fn host_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "powerpc64" => "ppc64le",
+        a => a,
+    };
+    format!("linux/{arch}")
+}
+
+/// A channel to containerd's socket that connects on first use (and again after containerd
+/// restarts), so the front serves while containerd is still starting.
+fn lazy_channel(path: PathBuf) -> Channel {
+    // The URI is ignored: the connector dials the unix socket.
+    tonic::transport::Endpoint::from_static("http://[::]").connect_with_connector_lazy(tower::service_fn(move |_: http::Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+    }))
+}
+
+/// The principal of a pod: its Kubernetes namespace, or `<namespace>/<pod name>`.
+fn principal_of(mode: CriPrincipal, meta: Option<&cri::PodSandboxMetadata>) -> Result<String, Status> {
+    let Some(m) = meta.filter(|m| !m.namespace.is_empty()) else {
+        return Ok(String::new());
+    };
+    let p = match mode {
+        CriPrincipal::Namespace => m.namespace.clone(),
+        CriPrincipal::Pod => format!("{}/{}", m.namespace, m.name),
+    };
+    if !crate::snapshotter::principal_is_valid(&p) {
+        return Err(Status::invalid_argument(format!("pullgate: pod {:?} in namespace {:?} makes no valid principal", m.name, m.namespace)));
+    }
+    Ok(p)
+}
+
+/// The credential of a PullImage: user name and password, or docker's base64 `auth`.
+fn credential_of(auth: Option<&cri::AuthConfig>) -> Result<Option<Credential>, Status> {
+    let Some(a) = auth else { return Ok(None) };
+    let bad = |why: &str| Status::invalid_argument(format!("pullgate: the pull secret's credential is unusable: {why}"));
+    let pair = if !a.username.is_empty() || !a.password.is_empty() {
+        format!("{}:{}", a.username, a.password)
+    } else if !a.auth.is_empty() {
+        let raw = base64::engine::general_purpose::STANDARD.decode(a.auth.trim()).map_err(|_| bad("auth is not base64"))?;
+        String::from_utf8(raw).map_err(|_| bad("auth is not USER:PASSWORD"))?
+    } else if !a.identity_token.is_empty() || !a.registry_token.is_empty() {
+        return Err(bad("identity and registry tokens are not supported; use a user name and password"));
+    } else {
+        return Ok(None);
+    };
+    // Never the credential itself in the message.
+    Credential::parse(&pair).map(Some).map_err(|_| bad("expected a user name and a password"))
+}
+
+fn decode<M: Message + Default>(what: &str, body: &Bytes) -> Result<M, Status> {
+    M::decode(body.as_ref()).map_err(|e| Status::invalid_argument(format!("pullgate: malformed {what} request: {e}")))
+}
+
+impl Front {
+    pub fn new(upstream_address: PathBuf, puller: Arc<Puller>, snap: Arc<Snapshotter>, principal: CriPrincipal) -> Front {
+        Front { upstream: lazy_channel(upstream_address.clone()), upstream_address, puller, snap, principal, platform: host_platform() }
+    }
+
+    fn upstream(&self) -> tonic::client::Grpc<Channel> {
+        tonic::client::Grpc::new(self.upstream.clone()).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE)
+    }
+
+    fn path(p: &str) -> Result<http::uri::PathAndQuery, Status> {
+        p.parse().map_err(|_| Status::unimplemented(format!("pullgate: malformed method path {p:?}")))
+    }
+
+    async fn ready(&self, grpc: &mut tonic::client::Grpc<Channel>) -> Result<(), Status> {
+        grpc.ready().await.map_err(|e| Status::unavailable(format!("pullgate: containerd's CRI at {} is unreachable: {e}", self.upstream_address.display())))
+    }
+
+    /// Forwards a call of any kind to containerd's CRI as raw messages.
+    async fn forward(&self, path: &str, req: Request<Streaming<Bytes>>) -> Result<Response<MessageStream>, Status> {
+        let mut grpc = self.upstream();
+        self.ready(&mut grpc).await?;
+        let (meta, _, incoming) = req.into_parts();
+        // The client's messages until its stream ends (or breaks, which ends the call).
+        let outgoing = incoming.take_while(|m| std::future::ready(m.is_ok())).filter_map(|m| std::future::ready(m.ok()));
+        let resp = grpc.streaming(Request::from_parts(meta, Default::default(), outgoing), Self::path(path)?, RawCodec).await?;
+        Ok(resp.map(|s| Box::pin(s) as MessageStream))
+    }
+
+    /// Calls a unary method of containerd's CRI with a typed message.
+    async fn call<Req: Message + 'static, Resp: Message + Default + 'static>(&self, path: &str, msg: Req) -> Result<Resp, Status> {
+        let mut grpc = self.upstream();
+        self.ready(&mut grpc).await?;
+        let resp = grpc.unary(Request::new(Bytes::from(msg.encode_to_vec())), Self::path(path)?, RawCodec).await?;
+        decode(path, resp.get_ref())
+    }
+
+    /// Forwards one message of a unary call.
+    async fn forward_unary(&self, path: &str, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {
+        let mut grpc = self.upstream();
+        self.ready(&mut grpc).await?;
+        grpc.unary(Request::from_parts(meta, Default::default(), body), Self::path(path)?, RawCodec).await
+    }
+
+    async fn dispatch(self: Arc<Self>, path: String, req: Request<Streaming<Bytes>>) -> Result<Response<MessageStream>, Status> {
+        if ![PULL_IMAGE, CREATE_CONTAINER, RUN_POD_SANDBOX].contains(&path.as_str()) {
+            return self.forward(&path, req).await;
+        }
+        let (meta, _, mut incoming) = req.into_parts();
+        let body = incoming.next().await.ok_or_else(|| Status::invalid_argument("pullgate: the request has no message"))??;
+        let resp = match path.as_str() {
+            PULL_IMAGE => self.pull_image(body).await.map(Response::new)?,
+            CREATE_CONTAINER => self.create_container(meta, body).await?,
+            _ => self.run_pod_sandbox(meta, body).await?,
+        };
+        let (meta, body, ext) = resp.into_parts();
+        let one: MessageStream = Box::pin(futures_util::stream::once(std::future::ready(Ok(body))));
+        Ok(Response::from_parts(meta, one, ext))
+    }
+
+    /// Pulls with the pod's credential for the pod's principal, then makes the image records
+    /// containerd's CRI would. The registry decides: without a credential it accepts, nothing
+    /// is recorded and the pull fails with the registry's answer.
+    async fn pull_image(&self, body: Bytes) -> Result<Bytes, Status> {
+        let req: cri::PullImageRequest = decode("PullImage", &body)?;
+        let image = req.image.as_ref().map(|i| i.image.clone()).unwrap_or_default();
+        let reference = Reference::parse(&image).map_err(|e| Status::invalid_argument(format!("pullgate: {e}")))?;
+        let principal = principal_of(self.principal, req.sandbox_config.as_ref().and_then(|c| c.metadata.as_ref()))?;
+        let cred = credential_of(req.auth.as_ref())?;
+        let mut extra_names = vec!["{config}".to_string(), format!("{}@{{digest}}", reference.origin())];
+        if reference.digest.is_some() {
+            // A digest reference has no tag record in CRI: the pull's own record is the
+            // repo@digest one.
+            extra_names.pop();
+        }
+        let preq = pull::Request {
+            reference,
+            namespace: CRI_NAMESPACE.to_string(),
+            principal: principal.clone(),
+            cred,
+            plain_http: false,
+            server: None,
+            platform: self.platform.clone(),
+            image_labels: HashMap::from([(MANAGED_LABEL.0.to_string(), MANAGED_LABEL.1.to_string())]),
+            extra_names,
+        };
+        let out = self.puller.pull(&preq).await.map_err(|e| {
+            let s = Status::from(crate::api::ApiError::Pull(e));
+            Status::new(s.code(), format!("pullgate: pull of {image} for {}: {}", who(&principal), s.message()))
+        })?;
+        tracing::info!(image = %image, principal = %principal, downloaded = out.downloaded.len(), "CRI PullImage");
+        Ok(Bytes::from(cri::PullImageResponse { image_ref: out.config }.encode_to_vec()))
+    }
+
+    /// Decides a container before containerd creates it: the pod (as containerd recorded it),
+    /// its principal, the image's claimed layers; then forwards with an admission for the
+    /// snapshotter, withdrawn when the call returns.
+    async fn create_container(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {
+        let req: cri::CreateContainerRequest = decode("CreateContainer", &body)?;
+        let stripped = strip(&body, &[&[2, 10], &[3, 7]])?;
+        // The pod as containerd recorded it at RunPodSandbox, not as this request describes it.
+        let status: cri::PodSandboxStatusResponse =
+            self.call("/runtime.v1.RuntimeService/PodSandboxStatus", cri::PodSandboxStatusRequest { pod_sandbox_id: req.pod_sandbox_id.clone(), verbose: false }).await?;
+        let pod = status.status.and_then(|s| s.metadata);
+        let principal = principal_of(self.principal, pod.as_ref())?;
+        let pod_name = pod.as_ref().map(|m| format!("{}/{}", m.namespace, m.name)).unwrap_or_else(|| req.pod_sandbox_id.clone());
+        let image = req.config.as_ref().and_then(|c| c.image.as_ref()).map(|i| if i.user_specified_image.is_empty() { i.image.clone() } else { i.user_specified_image.clone() }).unwrap_or_default();
+        let Some(diff_ids) = self.claimed_layers(&req).await? else {
+            // containerd cannot create it either (no such image): its own error says so.
+            return self.forward_unary(CREATE_CONTAINER, meta, stripped).await;
+        };
+        let snap = self.snap.clone();
+        let (p, ids) = (principal.clone(), diff_ids.clone());
+        let chain = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &ids))
+            .await
+            .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?
+            .map_err(|e| refusal(e, &pod_name, &image, &principal))?;
+        tracing::info!(pod = %pod_name, principal = %principal, image = %image, chain = %chain, "CRI CreateContainer admitted");
+        let _admission = self.snap.admit(CRI_NAMESPACE, &chain, &principal);
+        self.forward_unary(CREATE_CONTAINER, meta, stripped).await
+    }
+
+    /// The layers a container's image config claims (containerd prepares the container's rootfs
+    /// on their chain): CRI's image ID is its config's digest, read from `k8s.io`'s content.
+    async fn claimed_layers(&self, req: &cri::CreateContainerRequest) -> Result<Option<Vec<String>>, Status> {
+        let spec = req.config.as_ref().and_then(|c| c.image.clone());
+        let st: cri::ImageStatusResponse = self.call("/runtime.v1.ImageService/ImageStatus", cri::ImageStatusRequest { image: spec, verbose: false }).await?;
+        let Some(id) = st.image.map(|i| i.id).filter(|id| crate::reference::is_digest(id)) else {
+            return Ok(None);
+        };
+        let cd = pull::containerd::Containerd::connect(&self.upstream_address, CRI_NAMESPACE).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        let bytes = cd.read_content(&id, crate::registry::MAX_MANIFEST).await.map_err(|e| Status::new(e.code, format!("pullgate: image config {id}: {e}")))?;
+        let config = oci_spec::image::ImageConfiguration::from_reader(bytes.as_slice())
+            .map_err(|e| Status::failed_precondition(format!("pullgate: image config {id} is unreadable: {e}")))?;
+        Ok(Some(config.rootfs().diff_ids().to_vec()))
+    }
+
+    async fn run_pod_sandbox(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {
+        let stripped = strip(&body, &[&[1, 7]])?;
+        self.forward_unary(RUN_POD_SANDBOX, meta, stripped).await
+    }
+}
+
+fn who(principal: &str) -> String {
+    if principal.is_empty() { "no principal".to_string() } else { format!("principal {principal:?}") }
+}
+
+/// Removes pullgate's snapshotter annotations from the maps at `paths`.
+fn strip(body: &Bytes, paths: &[&[u64]]) -> Result<Bytes, Status> {
+    let mut msg = body.to_vec();
+    for p in paths {
+        let (out, removed) = wire::strip_map_entries(&msg, p, &is_snapshotter_annotation).map_err(|e| Status::invalid_argument(format!("pullgate: {e}")))?;
+        if removed > 0 {
+            tracing::info!(removed, "removed snapshotter annotations from a pod or container");
+        }
+        msg = out;
+    }
+    Ok(Bytes::from(msg))
+}
+
+/// What kubelet shows as the container's CreateContainerError.
+fn refusal(e: SnapshotterError, pod: &str, image: &str, principal: &str) -> Status {
+    match e {
+        SnapshotterError::Gate(crate::gate::GateError::Denied(d)) => Status::permission_denied(format!(
+            "pullgate refused pod {pod} ({}) the image {image}: {} ({}); to fix: let kubelet pull the image with the pod's imagePullSecrets \
+             (imagePullPolicy: Always, or kubelet's KubeletEnsureSecretPulledImages feature), so that the registry accepts a credential of this pod's",
+            who(principal),
+            d.reason,
+            d.subject
+        )),
+        other => {
+            let s = Status::from(other);
+            let code = if s.code() == Code::Ok { Code::Internal } else { s.code() };
+            Status::new(code, format!("pullgate cannot decide pod {pod} (failing closed): {}", s.message()))
+        }
+    }
+}
+
+/// One of the two CRI services, served by the same front (`NamedService` wants one type each).
+#[derive(Clone)]
+pub struct Svc<const IMAGES: bool>(Arc<Front>);
+
+impl<const IMAGES: bool> tonic::server::NamedService for Svc<IMAGES> {
+    const NAME: &'static str = if IMAGES { "runtime.v1.ImageService" } else { "runtime.v1.RuntimeService" };
+}
+
+struct Handler {
+    front: Arc<Front>,
+    path: String,
+}
+
+impl tonic::server::StreamingService<Bytes> for Handler {
+    type Response = Bytes;
+    type ResponseStream = MessageStream;
+    type Future = BoxFuture<Response<MessageStream>, Status>;
+    fn call(&mut self, req: Request<Streaming<Bytes>>) -> Self::Future {
+        Box::pin(self.front.clone().dispatch(self.path.clone(), req))
+    }
+}
+
+impl<const IMAGES: bool, B> Service<http::Request<B>> for Svc<IMAGES>
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let h = Handler { front: self.0.clone(), path: req.uri().path().to_string() };
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(RawCodec).apply_max_message_size_config(Some(MAX_MESSAGE), Some(MAX_MESSAGE));
+            Ok(grpc.streaming(h, req).await)
+        })
+    }
+}
+
+/// The two services of the front, for a tonic server.
+pub fn services(front: Front) -> (Svc<false>, Svc<true>) {
+    let f = Arc::new(front);
+    (Svc(f.clone()), Svc(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn principals_and_credentials() {
+        let m = cri::PodSandboxMetadata { name: "web-0".into(), uid: "u".into(), namespace: "team-a".into(), attempt: 0 };
+        assert_eq!(principal_of(CriPrincipal::Namespace, Some(&m)).unwrap(), "team-a");
+        assert_eq!(principal_of(CriPrincipal::Pod, Some(&m)).unwrap(), "team-a/web-0");
+        assert_eq!(principal_of(CriPrincipal::Pod, None).unwrap(), "");
+        let user = cri::AuthConfig { username: "alice".into(), password: "s3cret".into(), ..Default::default() };
+        assert_eq!(credential_of(Some(&user)).unwrap().unwrap().user, "alice");
+        let b64 = cri::AuthConfig { auth: base64::engine::general_purpose::STANDARD.encode("bob:pw"), ..Default::default() };
+        assert_eq!(credential_of(Some(&b64)).unwrap().unwrap().user, "bob");
+        assert!(credential_of(Some(&cri::AuthConfig::default())).unwrap().is_none());
+        for bad in [
+            cri::AuthConfig { auth: "!!".into(), ..Default::default() },
+            cri::AuthConfig { identity_token: "t".into(), ..Default::default() },
+            cri::AuthConfig { username: String::new(), password: "s3cret".into(), ..Default::default() },
+        ] {
+            let e = credential_of(Some(&bad)).unwrap_err();
+            assert!(!e.message().contains("s3cret") && e.code() == Code::InvalidArgument, "{e:?}");
+        }
+        assert!(is_snapshotter_annotation("containerd.io/snapshot.ref") && is_snapshotter_annotation("containerd.io/snapshot/pullgate.principal"));
+        assert!(!is_snapshotter_annotation("containerd.io/snapshot/stargz") && !is_snapshotter_annotation("app"));
+    }
+}
