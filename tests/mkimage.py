@@ -90,6 +90,7 @@ def main():
     ap.add_argument("--extra-layers", type=int, default=0)
     ap.add_argument("--layer-mb", type=float, default=10)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cmd", help="the image's command, a shell command line (default: print /msg)")
     ap.add_argument("--base-note", help="add /etc/base-note with this text to the base layer")
     ap.add_argument("--claim-diff-ids", help="comma-separated diffIDs to write into the config instead of the real ones")
     ap.add_argument("--zero-layer-gib", type=float,
@@ -141,7 +142,7 @@ def main():
         diff_ids = claimed
     config = {
         "architecture": "amd64", "os": "linux", "created": "2026-01-01T00:00:00Z",
-        "config": {"Cmd": ["/bin/sh", "-c", "cat /msg; ls /etc/pullgate-test"], "Env": ["PATH=/bin"]},
+        "config": {"Cmd": ["/bin/sh", "-c", a.cmd or "cat /msg; ls /etc/pullgate-test"], "Env": ["PATH=/bin"]},
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
         "history": [{"created": "2026-01-01T00:00:00Z", "created_by": "pullgate tests/mkimage.py"} for _ in layers],
     }

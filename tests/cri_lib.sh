@@ -1,0 +1,116 @@
+# containerd with its CRI plugin enabled, for pullgate's Kubernetes (CRI) tests (sourced, bash,
+# after tests/lib.sh). The config is lib.sh's (the operator's fragment from plugin/: pullgate is
+# the only snapshotter) with CRI left on and set up for these machines:
+#   - CRI's snapshotter is pullgate (the fragment's own setting);
+#   - restrict_oom_score_adj = true: the machines lack CAP_SYS_RESOURCE, and runc cannot give
+#     the sandbox its oom_score_adj of -998 otherwise;
+#   - NRI disabled on 1.7/2.1, or it listens on /var/run/nri (shared by every containerd);
+#   - the sandbox (pause) image from a local registry, pulled by CRI itself when first needed;
+#   - registry config_path = hosts.toml dirs (write_hosts_toml) for plain-http local registries;
+#   - stream server on 127.0.0.1 port 0 (several containerds may run at once);
+#   - CNI bin/conf dirs: empty dirs under $WORK (host-network pods need no CNI; the pod
+#     network stays "not ready", which does not stop host-network pods).
+# Pods must be host-network pods with an empty hostname, as kubelet sends them (examples/cri.rs
+# --pod builds one); the cri client talks to containerd's own socket ($CTRD_SOCK).
+
+# write_hosts_toml HOSTS_DIR HOST:PORT: HOSTS_DIR/HOST:PORT/hosts.toml for a plain-http registry.
+# The [host] table is needed: containerd 1.6 rejects a hosts.toml without one ("failed to decode
+# hosts.toml: invalid `host` tree") and silently falls back to its default hosts.
+write_hosts_toml() {
+  mkdir -p "$1/$2"
+  cat > "$1/$2/hosts.toml" <<TOML
+server = "http://$2"
+
+[host."http://$2"]
+  capabilities = ["pull", "resolve", "push"]
+TOML
+}
+
+# containerd_cri_config VERSION PG_SOCKET SANDBOX_IMAGE HOSTS_DIR: writes $WORK/containerd/config.toml.
+containerd_cri_config() {
+  local v=$1 sock=$2 sandbox=$3 hosts=$4 frag
+  case $v in
+    1.6|1.7) frag=$REPO/plugin/containerd-1.x.toml ;;
+    2.1) frag=$REPO/plugin/containerd-2.x.toml ;;
+    *) echo "unknown containerd version $v" >&2; return 1 ;;
+  esac
+  local c=$WORK/containerd
+  mkdir -p "$c" "$WORK/cni/bin" "$WORK/cni/conf" "$hosts"
+  sed -e "s#/run/pullgate/snapshotter.sock#$sock#" \
+      -e "/^version = /a root = \"$c/root\"\nstate = \"$c/state\"" \
+      "$frag" > "$c/config.toml"
+  cat >> "$c/config.toml" <<TOML
+
+[grpc]
+  address = "$c/containerd.sock"
+TOML
+  case $v in
+    1.6|1.7) cat >> "$c/config.toml" <<TOML
+
+# CRI (version 2 config: one plugin, io.containerd.grpc.v1.cri)
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$sandbox"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[plugins."io.containerd.grpc.v1.cri".cni]
+  bin_dir = "$WORK/cni/bin"
+  conf_dir = "$WORK/cni/conf"
+
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "$hosts"
+TOML
+      ;;
+    2.1) cat >> "$c/config.toml" <<TOML
+
+# CRI (version 3 config: split into images, runtime and the gRPC server)
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "$sandbox"
+
+[plugins."io.containerd.cri.v1.images".registry]
+  config_path = "$hosts"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = ["$WORK/cni/bin"]
+  conf_dir = "$WORK/cni/conf"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+TOML
+      ;;
+  esac
+  if [ "$v" != 1.6 ]; then   # 1.6 has no NRI
+    cat >> "$c/config.toml" <<TOML
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+TOML
+  fi
+}
+
+# start_containerd_cri VERSION PG_SOCKET SANDBOX_IMAGE HOSTS_DIR: like start_containerd (sets
+# CTRD_PID, CTRD_SOCK, CTR), with CRI on; waits until CRI answers on CTRD_SOCK (CRI_BIN, the
+# examples/cri client, default target/release/examples/cri; unset CRI_BIN=: skip that wait).
+CRI_BIN=${CRI_BIN-$REPO/target/release/examples/cri}
+start_containerd_cri() {
+  local v=$1 bin; bin=$(containerd_bindir "$v") || return 1
+  local c=$WORK/containerd; mkdir -p "$c"
+  containerd_cri_config "$v" "$2" "$3" "$4" || return 1
+  PATH="$bin:$PATH" "$bin/containerd" --config "$c/config.toml" >>"$c/log" 2>&1 &
+  CTRD_PID=$!; PIDS+=($CTRD_PID)
+  CTRD_SOCK=$c/containerd.sock
+  CTR=("$bin/ctr" -a "$CTRD_SOCK")
+  wait_for 30 "${CTR[@]}" version || { echo "containerd $v did not start:"; tail -50 "$c/log"; return 1; }
+  if [ -n "$CRI_BIN" ]; then
+    wait_for 30 "$CRI_BIN" --socket "$CTRD_SOCK" --timeout 5 Version \
+      || { echo "containerd $v: CRI does not answer:"; grep -iE 'level=(error|fatal|warn)' "$c/log" | tail -20; return 1; }
+  fi
+}
+
+# cri ARGS...: the CRI client against this run's containerd.
+cri() { "$CRI_BIN" --socket "$CTRD_SOCK" "$@"; }
