@@ -51,8 +51,9 @@ fetch_containerd sid
 ln -sfn "$DEPS/containerd-trixie" "$DEPS/containerd-1.7"
 ln -sfn "$DEPS/containerd-sid" "$DEPS/containerd-2.1"
 
-# Rust build (release: the daemon under test is the one an operator would run).
+# Rust build (release: the daemon under test is the one an operator would run), and the CRI
+# test client (examples/cri.rs; kubelet's part in the Kubernetes tests).
 if [ -z "${PULLGATE_SKIP_BUILD:-}" ]; then
-  (cd "$here" && cargo build --release --locked 2>&1 | tail -n 3)
+  (cd "$here" && cargo build --release --locked --bin pullgate --example cri 2>&1 | tail -n 3)
 fi
 echo "setup: done"

@@ -215,8 +215,9 @@ log "7. kubelet pointed straight at containerd, bypassing the front"
 run_pod direct app-a2 team-a || fail "RunPodSandbox (direct) for team-a/app-a2"; SID_A2=$SID
 check_refused "7: team-a's private container is refused by the snapshotter (no admission, no principal)" "requires a principal" "$PRIVMSG" \
   run_in direct app-a2 team-a "$SID_A2" d1 "$PRIV"
+# (containerd 1.6 hands this annotation to the rootfs Prepare as a label.)
 check_refused "7: even when annotated with team-a's principal" "requires a principal" "$PRIVMSG" \
-  run_in direct app-a2 team-a "$SID_A2" d2 "$PRIV" "cat /msg" ",\"annotations\":$ANN"
+  run_in direct app-a2 team-a "$SID_A2" d2 "$PRIV" "cat /msg" ',"annotations":{"containerd.io/snapshot/pullgate.principal":"team-a"}'
 check_out "7: a public container runs" "public app" run_in direct app-a2 team-a "$SID_A2" d3 "$PUB"
 
 log "8. public images need no secret"

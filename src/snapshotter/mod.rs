@@ -1004,6 +1004,48 @@ mod tests {
     }
 
     #[test]
+    fn admissions_give_the_principal_once_and_labels_do_not_in_front_namespaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, std::sync::Arc::new(Gate::new(Default::default())))
+            .unwrap()
+            .with_admission_only(["k8s.io".to_string()]);
+        let s = std::sync::Arc::new(s);
+        let chain = dg('c');
+        s.prepare("k8s.io/1/base", "", Labels::new(), None).unwrap();
+        s.commit(&format!("k8s.io/2/{chain}"), "k8s.io/1/base", Labels::new()).unwrap();
+        let parent = format!("k8s.io/2/{chain}");
+        let admitted = |k: &str| s.store.read(|tx| -> Result<_> { Ok(tx.admitted(k)?) }).unwrap();
+        // A pod author's label names a principal: ignored, nothing admitted.
+        let label = Labels::from([(PRINCIPAL_LABEL.to_string(), "team-a".to_string())]);
+        s.prepare("k8s.io/3/c1", &parent, label.clone(), None).unwrap();
+        assert_eq!(admitted("k8s.io/3/c1"), None);
+        {
+            let _a = s.admit("k8s.io", &chain, "team-b");
+            let _other = s.admit("k8s.io", &dg('d'), "team-x");
+            s.prepare("k8s.io/4/c2", &parent, label.clone(), None).unwrap();
+            assert_eq!(admitted("k8s.io/4/c2").as_deref(), Some("team-b"));
+            // Single use: the next container on the chain gets nothing.
+            s.prepare("k8s.io/5/c3", &parent, Labels::new(), None).unwrap();
+            assert_eq!(admitted("k8s.io/5/c3"), None);
+        }
+        // Dropped guards withdraw what no Prepare consumed.
+        assert!(s.admission_lock().is_empty());
+        {
+            let _a = s.admit("k8s.io", &chain, "team-b");
+            // Another namespace's container on a chain of that name does not consume it.
+            s.prepare("other/1/base", "", Labels::new(), None).unwrap();
+            s.commit(&format!("other/2/{chain}"), "other/1/base", Labels::new()).unwrap();
+            s.prepare("other/3/c", &format!("other/2/{chain}"), Labels::new(), None).unwrap();
+            assert_eq!(s.admission_lock().len(), 1);
+        }
+        s.remove("k8s.io/4/c2").unwrap();
+        assert_eq!(admitted("k8s.io/4/c2"), None, "removed with its snapshot");
+        // Outside the front's namespaces the label is the principal, as before.
+        assert!(matches!(s.prepare("other/4/c", &format!("other/2/{chain}"), Labels::from([(PRINCIPAL_LABEL.to_string(), "a/../b".to_string())]), None),
+            Err(SnapshotterError::InvalidArgument(_))));
+    }
+
+    #[test]
     fn mounts_asks_the_gate_again() {
         let dir = tempfile::tempdir().unwrap();
         let gate = std::sync::Arc::new(Gate::new(crate::gate::GateConfig { policy: crate::gate::Policy::AlwaysVerify, ..Default::default() }));
