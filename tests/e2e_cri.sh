@@ -144,7 +144,7 @@ run_pod front app-b team-b || fail "RunPodSandbox for team-b/app-b"; SID_B=$SID
 out=$(run_in front app-b team-b "$SID_B" b1 "$PRIV" 2>&1); rc=$?
 if [ $rc -ne 0 ] && grep -qF "$REFUSED team-b/app-b" <<<"$out" && grep -qF "$PRIV" <<<"$out" && grep -qF "imagePullPolicy: Always" <<<"$out" \
    && grep -qF "KubeletEnsureSecretPulledImages" <<<"$out" && grep -q "code=PermissionDenied" <<<"$out" && ! grep -qF "$PRIVMSG" <<<"$out"; then
-  pass "CreateContainer of the present private image is refused, naming the pod, the image and the fix"
+  pass "CreateContainer of the present private image is refused, naming the pod, the image and the fix"; sed 's/^/         /' <<<"$out"
 else fail "team-b's CreateContainer: rc=$rc: $out"; fi
 check "and containerd has no container for it" test "$(containers_of "$SID_B")" = 0
 check_refused "by image ID too" "$REFUSED team-b/app-b" "$PRIVMSG" run_in front app-b team-b "$SID_B" b2 "$PRIV_ID"

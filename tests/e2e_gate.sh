@@ -287,7 +287,7 @@ check_err "a malformed reference" "invalid image reference" pg verify -n C6 "not
 for bad_ns in "a/b" "$(printf 'tab\there')" ""; do
   check_err "namespace ${bad_ns@Q} is refused" "invalid namespace" pg verify -n "$bad_ns" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
 done
-check_err "a principal with a path separator is refused" "invalid principal" pg verify -n C6 --principal "../x" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+check_err "a principal with a '..' part is refused" "invalid principal" pg verify -n C6 --principal "../x" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
 LONG=$(printf 'p%.0s' {1..20000})
 out=$(pg verify -n C6 --principal "$LONG" --plain-http --user "alice:$PW_ALICE" "$HPRIV" 2>&1); rc=$?
 check "a 20,000-character principal is refused with a short message (${#out} bytes)" bash -c "[ $rc -ne 0 ] && [ ${#out} -lt 400 ] && grep -q 'invalid principal' <<<'$out'"
