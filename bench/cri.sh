@@ -15,6 +15,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/setup.sh" >/dev/null
 source "$here/tests/lib.sh"
+source "$here/bench/lib.sh"
 source "$here/tests/cri_lib.sh"
 set +e
 V=${1:-2.1}
@@ -22,19 +23,6 @@ PG_LOG_LEVEL=info
 trap cleanup EXIT
 REPS=${REPS:-5}
 PW=bench-Secret-3k9d
-now() { date +%s.%N; }
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-med() { tr ' ' '\n' <<<"$1" | grep . | median; }
-elapsed() { echo "$2 - $1" | bc -l; }
-# registry_bytes REG_MARK TOKEN_MARK: bytes the registry (access log) and the token server
-# served since the marks.
-registry_bytes() {
-  local r t
-  r=$(tail -n +"$(($1 + 1))" "$WORK/registry-t/log" | awk '/HTTP\/1.1" [0-9]+ [0-9]+/ { for (i=1;i<=NF;i++) if ($i ~ /^HTTP\/1.1"$/) s += $(i+2) } END {print s+0}')
-  t=$(tail -n +"$(($2 + 1))" "$WORK/registry-t/token.log" | sed -n 's/.*bytes=\([0-9]*\).*/\1/p' | awk '{s+=$1} END {print s+0}')
-  echo $((r + t))
-}
-marks() { echo "$(wc -l < "$WORK/registry-t/log") $(wc -l < "$WORK/registry-t/token.log")"; }
 
 python3 "$REPO/tests/mkimage.py" "$WORK/img" --tag v1 --extra-layers 6 --layer-mb 20 --seed 5 --message "bench app" >/dev/null
 python3 "$REPO/tests/mkimage.py" "$WORK/pause" --tag v1 --message pause --cmd "sleep 100000" >/dev/null
@@ -50,16 +38,7 @@ push_image "$WORK/pause" v1 "$REG_pub/k8s/pause:v1"
 HOSTS=$WORK/hosts
 write_hosts_toml "$HOSTS" "$REG_t"; write_hosts_toml "$HOSTS" "$REG_pub"
 PG=$WORK/pullgate
-pullgate_config "$PG"
-cat >> "$PG/config.toml" <<TOML
-
-[registry]
-hosts_dir = "$HOSTS"
-
-[cri]
-enable = true
-socket = "$PG/cri.sock"
-TOML
+pullgate_cri_config "$PG" "$HOSTS"
 start_pullgate "$PG" >/dev/null
 start_containerd_cri "$V" "$PG/snapshotter.sock" "$REG_pub/k8s/pause:v1" "$HOSTS" >/dev/null || exit 1
 front() { "$CRI_BIN" --socket "$PG/cri.sock" "$@"; }

@@ -14,6 +14,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/setup.sh" >/dev/null
 source "$here/tests/lib.sh"
+source "$here/bench/lib.sh"
 set +e
 PG_LOG_LEVEL=info
 trap cleanup EXIT
@@ -21,17 +22,6 @@ REPS=${REPS:-3}
 RUNS=${RUNS:-10}
 NS_COUNT=${NS_COUNT:-20}
 PW=bench-Secret-5u8w
-now() { date +%s.%N; }
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
-elapsed() { echo "$2 - $1" | bc -l; }
-# registry_bytes FROM_LINE: bytes the registry (access log) and token server served since a mark.
-registry_bytes() {
-  local r t
-  r=$(tail -n +"$(($1 + 1))" "$WORK/registry-t/log" | awk '/HTTP\/1.1" [0-9]+ [0-9]+/ { for (i=1;i<=NF;i++) if ($i ~ /^HTTP\/1.1"$/) s += $(i+2) } END {print s+0}')
-  t=$(tail -n +"$(($2 + 1))" "$WORK/registry-t/token.log" | sed -n 's/.*bytes=\([0-9]*\).*/\1/p' | awk '{s+=$1} END {print s+0}')
-  echo $((r + t))
-}
-marks() { echo "$(wc -l < "$WORK/registry-t/log") $(wc -l < "$WORK/registry-t/token.log")"; }
 
 python3 "$REPO/tests/mkimage.py" "$WORK/img" --tag v1 --extra-layers 6 --layer-mb 20 --seed 5 --message "bench app" >/dev/null
 size=$(du -sm "$WORK/img/blobs" | cut -f1)
@@ -80,7 +70,6 @@ for rep in $(seq 1 "$REPS"); do
   ctr_ -n "c$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
   t1=$(now); T[ctr]+="$(elapsed "$t0" "$t1") "; B[ctr]+="$(registry_bytes "$m1" "$m2") "
 done
-med() { tr ' ' '\n' <<<"$1" | grep . | median; }
 tv=$(med "${T[verify]}"); ti=$(med "${T[iso]}"); tc=$(med "${T[ctr]}")
 printf '| %-52s | %9s | %12s |\n' "re-authentication ($REPS runs, median)" "time" "bytes served"
 printf '|%s|%s|%s|\n' "------------------------------------------------------" "-----------" "--------------"

@@ -29,14 +29,14 @@
 use std::io::Read;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
 use clap::Parser;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Map, Value};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use pullgate::cri::wire::RawCodec;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -422,34 +422,4 @@ async fn raw_call(channel: Channel, path: &str) -> Result<usize, Failure> {
     grpc.ready().await.map_err(|e| Status::new(Code::Unavailable, format!("not ready: {e}")))?;
     let resp = grpc.unary(tonic::Request::new(Bytes::new()), path, RawCodec).await?;
     Ok(resp.into_inner().len())
-}
-
-#[derive(Clone, Copy)]
-struct RawCodec;
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawCodec;
-    type Decoder = RawCodec;
-    fn encoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-    fn decoder(&mut self) -> RawCodec {
-        RawCodec
-    }
-}
-impl Encoder for RawCodec {
-    type Item = Bytes;
-    type Error = Status;
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-impl Decoder for RawCodec {
-    type Item = Bytes;
-    type Error = Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
 }

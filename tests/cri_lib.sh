@@ -112,5 +112,20 @@ start_containerd_cri() {
   fi
 }
 
+# pullgate_cri_config DIR HOSTS_DIR: pullgate's config (lib.sh's pullgate_config) with the CRI
+# front on at DIR/cri.sock and the registries as HOSTS_DIR says; append more tables after it.
+pullgate_cri_config() {
+  pullgate_config "$1"
+  cat >> "$1/config.toml" <<TOML
+
+[registry]
+hosts_dir = "$2"
+
+[cri]
+enable = true
+socket = "$1/cri.sock"
+TOML
+}
+
 # cri ARGS...: the CRI client against this run's containerd.
 cri() { "$CRI_BIN" --socket "$CTRD_SOCK" "$@"; }

@@ -48,19 +48,8 @@ HOSTS=$WORK/hosts
 for r in "$REG_pub" "$REG_h" "$REG_bad"; do write_hosts_toml "$HOSTS" "$r"; done
 
 PG=$WORK/pg
-pullgate_config "$PG"
-cat >> "$PG/config.toml" <<TOML
-
-[namespaces."k8s.io"]
-require_principal = true
-
-[registry]
-hosts_dir = "$HOSTS"
-
-[cri]
-enable = true
-socket = "$PG/cri.sock"
-TOML
+pullgate_cri_config "$PG" "$HOSTS"
+printf '\n[namespaces."k8s.io"]\nrequire_principal = true\n' >> "$PG/config.toml"
 start_pullgate "$PG" || exit 1
 start_containerd_cri "$V" "$PG/snapshotter.sock" "$PAUSE" "$HOSTS" || exit 1
 check_containerd_version "$V"
