@@ -65,6 +65,7 @@ podargs() { printf -- '--pod\n%s:%s:uid-%s\n--log-dir\n%s\n' "$1" "$2" "$1" "$WO
 # run_pod VIA POD NS [JSON]: RunPodSandbox; sets SID.
 run_pod() {
   local via=$1 pod=$2 ns=$3 json=${4:-'{}'} out; mapfile -t pa < <(podargs "$pod" "$ns")
+  SID=
   out=$("$via" "${pa[@]}" RunPodSandbox "$json" 2>&1) || { echo "$out"; return 1; }
   SID=$(jget pod_sandbox_id <<<"$out")
 }
@@ -185,20 +186,75 @@ check "5b: no grant for team-c" not has_grant team-c
 check_refused "5b: and team-c's CreateContainer of team-a's image (same manifest, present) is refused" "$REFUSED team-c/app-c" "$PRIVMSG" \
   run_in front app-c team-c "$SID_C" c2 "$PRIV"
 
+# 5c: a checkpoint image (containerd 2.x restores it onto another image it pulls itself, which the
+# front could not decide): refused on every version, before containerd sees it.
+python3 - "$WORK/pub" "$WORK/ckpt" <<'PY'
+import hashlib, json, shutil, sys
+src, dst = sys.argv[1:3]
+shutil.copytree(src, dst)
+idx = json.load(open(f"{dst}/index.json"))
+d = idx["manifests"][0]["digest"][7:]
+m = json.load(open(f"{dst}/blobs/sha256/{d}"))
+m["annotations"] = {"org.criu.checkpoint.container.name": "app"}
+# Its own config (so its own image ID): an image ID groups every record of one config in CRI.
+c = json.load(open(f"{dst}/blobs/sha256/{m['config']['digest'][7:]}"))
+c.setdefault("config", {})["Labels"] = {"checkpoint": "yes"}
+cb = json.dumps(c).encode(); ch = hashlib.sha256(cb).hexdigest()
+open(f"{dst}/blobs/sha256/{ch}", "wb").write(cb)
+m["config"].update(digest="sha256:" + ch, size=len(cb))
+b = json.dumps(m).encode()
+h = hashlib.sha256(b).hexdigest()
+open(f"{dst}/blobs/sha256/{h}", "wb").write(b)
+idx["manifests"][0].update(digest="sha256:" + h, size=len(b))
+json.dump(idx, open(f"{dst}/index.json", "w"))
+PY
+CKPT=$REG_bad/c/ckpt:v1
+push_image "$WORK/ckpt" v1 "$CKPT" || fail "5c: push the checkpoint image"
+check_refused "5c: team-c's PullImage of a checkpoint image is refused" "checkpoint image" "" pull_as app-c team-c "$CKPT"
+check "5c: and it is not on the node" not bash -c "'${CTR[0]}' -a '$CTRD_SOCK' -n k8s.io images ls -q | grep -q c/ckpt"
+# On the node anyway (imported by an administrator): CreateContainer is refused.
+tar -C "$WORK/ckpt" -cf "$WORK/ckpt.tar" .
+ctr_ -n k8s.io images import --no-unpack --base-name "$REG_bad/c/ckpt" "$WORK/ckpt.tar" >/dev/null 2>&1
+check "5c: imported by an administrator, the checkpoint image is present" bash -c "'${CTR[0]}' -a '$CTRD_SOCK' -n k8s.io images ls -q | grep -q c/ckpt"
+cimg=$("${CTR[@]}" -n k8s.io images ls -q | grep c/ckpt | head -1)
+check_refused "5c: its CreateContainer is refused: pullgate cannot decide a restore" "checkpoint image" "$PRIVMSG" \
+  run_in front app-c team-c "$SID_C" c6 "$cimg"
+check_refused "5d: a CreateContainer naming a file on the node (2.x: a checkpoint archive) is refused" "not an image on the node" "" \
+  run_in front app-c team-c "$SID_C" c7 /etc/hostname
+
+if [ "$V" = 2.1 ]; then
+  log "5e. image volumes (containerd 2.1): each image a container mounts is decided too"
+  vol() { printf ',"mounts":[{"container_path":"/vol","readonly":true,"image":{"image":"%s"}}]' "$1"; }
+  check_refused "5e: team-c's public container with team-a's private image as a volume is refused" "$REFUSED team-c/app-c" "$PRIVMSG" \
+    run_in front app-c team-c "$SID_C" c8 "$PUB" "cat /vol/msg" "$(vol "$PRIV")"
+  check_out "5e: team-a's public container with the private image as a volume reads it" "$PRIVMSG" \
+    run_in front app-a team-a "$SID_A" a3 "$PUB" "cat /vol/msg" "$(vol "$PRIV")"
+fi
+
 log "6. annotations claiming another principal or carrying containerd.io/snapshot.ref"
 PRIV_CHAIN=$(image_top_chain k8s.io "$PRIV")
-ANN="{\"containerd.io/snapshot/pullgate.principal\":\"team-a\",\"containerd.io/snapshot.ref\":\"${PRIV_CHAIN:-sha256:0}\",\"containerd.io/snapshot/pullgate.x\":\"y\"}"
-run_pod front app-c2 team-c "{\"config\":{\"annotations\":$ANN}}" || fail "RunPodSandbox for team-c/app-c2 with the annotations"; SID_C2=$SID
-check_refused "6: a container annotated as team-a's, in a pod annotated so, is refused" "$REFUSED team-c/app-c2" "$PRIVMSG" \
-  run_in front app-c2 team-c "$SID_C2" c3 "$PRIV" "cat /msg" ",\"annotations\":$ANN"
-check_out "6: a public container with the same annotations runs" "public app" \
-  run_in front app-c2 team-c "$SID_C2" c4 "$PUB" "cat /msg" ",\"annotations\":$ANN"
-C4=$(direct ListContainers "{\"filter\":{\"pod_sandbox_id\":\"$SID_C2\"}}" | jget containers.0.id 2>/dev/null)
-for k in "$SID_C2" "${C4:-no-container}"; do
-  labels=$(snap_labels "$k" 2>&1)
-  check "6: the snapshot $k reached pullgate without the annotations (no snapshot.ref, no pullgate label)" \
-    bash -c "[ -n '$labels' ] && grep -q '\"Kind\"' <<<'$labels' && ! grep -qE 'containerd.io/snapshot.ref|snapshot/pullgate' <<<'$labels'"
-done
+ANN_P='{"containerd.io/snapshot/pullgate.principal":"team-a","containerd.io/snapshot/pullgate.x":"y"}'
+ANN_R="{\"containerd.io/snapshot.ref\":\"${PRIV_CHAIN:-sha256:0}\"}"
+# no_pullgate_labels KEY: the snapshot KEY exists in k8s.io and carries no label of those keys.
+no_pullgate_labels() {
+  local l; l=$(snap_labels "$1" 2>&1) || { echo "$l"; return 1; }
+  grep -q '"Kind"' <<<"$l" && ! grep -qE 'containerd.io/snapshot.ref|snapshot/pullgate' <<<"$l"
+}
+# containerd passes a pod's containerd.io/snapshot/ annotations to its sandbox's Prepare.
+run_pod front app-c2 team-c "{\"config\":{\"annotations\":$ANN_P}}" || fail "6: RunPodSandbox for team-c/app-c2 annotated with team-a's principal"; SID_C2=$SID
+check "6: its sandbox's snapshot reached pullgate without the pullgate annotations" no_pullgate_labels "${SID_C2:-no-sandbox}"
+check_refused "6: a container annotated as team-a's, in that pod, is refused" "$REFUSED team-c/app-c2" "$PRIVMSG" \
+  run_in front app-c2 team-c "$SID_C2" c3 "$PRIV" "cat /msg" ",\"annotations\":$ANN_P"
+# ... and containerd.io/snapshot.ref (containerd itself answers a Prepare carrying it with
+# "already exists" when the target exists, so a pod carrying it would not even start).
+run_pod front app-c3 team-c "{\"config\":{\"annotations\":$ANN_R}}" || fail "6: RunPodSandbox for team-c/app-c3 annotated with containerd.io/snapshot.ref"; SID_C3=$SID
+check "6: its sandbox's snapshot reached pullgate without containerd.io/snapshot.ref" no_pullgate_labels "${SID_C3:-no-sandbox}"
+check_refused "6: a container annotated with snapshot.ref, in that pod, is refused" "$REFUSED team-c/app-c3" "$PRIVMSG" \
+  run_in front app-c3 team-c "$SID_C3" c5 "$PRIV" "cat /msg" ",\"annotations\":$ANN_R"
+check_out "6: a public container with both annotations runs" "public app" \
+  run_in front app-c3 team-c "$SID_C3" c4 "$PUB" "cat /msg" ",\"annotations\":${ANN_P%\}},${ANN_R#\{}"
+C4=$(direct ListContainers "{\"filter\":{\"pod_sandbox_id\":\"$SID_C3\"}}" | jget containers.0.id 2>/dev/null)
+check "6: its snapshot reached pullgate without them" no_pullgate_labels "${C4:-no-container}"
 
 log "7. kubelet pointed straight at containerd, bypassing the front"
 run_pod direct app-a2 team-a || fail "RunPodSandbox (direct) for team-a/app-a2"; SID_A2=$SID
@@ -208,6 +264,9 @@ check_refused "7: team-a's private container is refused by the snapshotter (no a
 check_refused "7: even when annotated with team-a's principal" "requires a principal" "$PRIVMSG" \
   run_in direct app-a2 team-a "$SID_A2" d2 "$PRIV" "cat /msg" ',"annotations":{"containerd.io/snapshot/pullgate.principal":"team-a"}'
 check_out "7: a public container runs" "public app" run_in direct app-a2 team-a "$SID_A2" d3 "$PUB"
+# ctr passes labels to the rootfs Prepare as given: in k8s.io no label is a principal.
+check_refused "7: ctr run in k8s.io with the principal label team-a is refused too" "requires a principal" "$PRIVMSG" \
+  ctr_ -n k8s.io run --rm --snapshotter pullgate --snapshotter-label containerd.io/snapshot/pullgate.principal=team-a "$PRIV" ctr-label
 
 log "8. public images need no secret"
 run_pod front app-d team-d || fail "RunPodSandbox for team-d/app-d"; SID_D=$SID
@@ -246,7 +305,7 @@ check_refused "9: team-b2 (no secret) is still refused" "$REFUSED team-b2/app-b2
 check_out "9: team-a's running container kept running through the restart" '"state":1' front ContainerStatus "{\"container_id\":\"$LONG\"}"
 
 log "10. pods stop and go"
-for s in "$SID_A" "$SID_A2" "$SID_B" "$SID_C" "$SID_C2" "$SID_D" "$SID_E"; do
+for s in "$SID_A" "$SID_A2" "$SID_B" "$SID_C" "$SID_C2" "$SID_C3" "$SID_D" "$SID_E"; do
   front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1 && front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1 || fail "stop and remove pod $s"
 done
 left=$(front ListPodSandbox | python3 -c 'import json,sys; print(len([p for p in (json.load(sys.stdin).get("items") or []) if p["metadata"]["namespace"] != "team-b2"]))')

@@ -36,6 +36,7 @@ use wire::RawCodec;
 pub const CRI_NAMESPACE: &str = "k8s.io";
 /// The label containerd's CRI puts on the image records it makes.
 const MANAGED_LABEL: (&str, &str) = ("io.cri-containerd.image", "managed");
+use crate::pull::CHECKPOINT_ANNOTATION;
 /// kubelet's and containerd's CRI message size limit.
 const MAX_MESSAGE: usize = 16 << 20;
 
@@ -203,6 +204,7 @@ impl Front {
             platform: self.platform.clone(),
             image_labels: HashMap::from([(MANAGED_LABEL.0.to_string(), MANAGED_LABEL.1.to_string())]),
             extra_names,
+            refuse_checkpoints: true,
         };
         let out = self.puller.pull(&preq).await.map_err(|e| {
             let s = Status::from(crate::api::ApiError::Pull(e));
@@ -213,8 +215,9 @@ impl Front {
     }
 
     /// Decides a container before containerd creates it: the pod (as containerd recorded it),
-    /// its principal, the image's claimed layers; then forwards with an admission for the
-    /// snapshotter, withdrawn when the call returns.
+    /// its principal, and every image the container's creation prepares a snapshot of (its
+    /// image, and its image volumes); then forwards with an admission per image for the
+    /// snapshotter, withdrawn when the call returns. What pullgate cannot decide is refused.
     async fn create_container(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {
         let req: cri::CreateContainerRequest = decode("CreateContainer", &body)?;
         let stripped = strip(&body, &[&[2, 10], &[3, 7]])?;
@@ -224,35 +227,54 @@ impl Front {
         let pod = status.status.and_then(|s| s.metadata);
         let principal = principal_of(self.principal, pod.as_ref())?;
         let pod_name = pod.as_ref().map(|m| format!("{}/{}", m.namespace, m.name)).unwrap_or_else(|| req.pod_sandbox_id.clone());
-        let image = req.config.as_ref().and_then(|c| c.image.as_ref()).map(|i| if i.user_specified_image.is_empty() { i.image.clone() } else { i.user_specified_image.clone() }).unwrap_or_default();
-        let Some(diff_ids) = self.claimed_layers(&req).await? else {
-            // containerd cannot create it either (no such image): its own error says so.
-            return self.forward_unary(CREATE_CONTAINER, meta, stripped).await;
-        };
-        let snap = self.snap.clone();
-        let (p, ids) = (principal.clone(), diff_ids.clone());
-        let chain = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &ids))
-            .await
-            .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?
-            .map_err(|e| refusal(e, &pod_name, &image, &principal))?;
-        tracing::info!(pod = %pod_name, principal = %principal, image = %image, chain = %chain, "CRI CreateContainer admitted");
-        let _admission = self.snap.admit(CRI_NAMESPACE, &chain, &principal);
+        let config = req.config.unwrap_or_default();
+        let images = config.image.into_iter().chain(config.mounts.into_iter().filter_map(|m| m.image)).filter(|i| !i.image.is_empty() || !i.user_specified_image.is_empty());
+        let mut chains = Vec::new();
+        for spec in images {
+            let shown = if spec.user_specified_image.is_empty() { spec.image.clone() } else { spec.user_specified_image.clone() };
+            let diff_ids = self.claimed_layers(spec, &shown).await?;
+            let snap = self.snap.clone();
+            let p = principal.clone();
+            let chain = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &diff_ids))
+                .await
+                .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?
+                .map_err(|e| refusal(e, &pod_name, &shown, &principal))?;
+            tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted");
+            chains.push(chain);
+        }
+        let _admissions: Vec<_> = chains.iter().map(|c| self.snap.admit(CRI_NAMESPACE, c, &principal)).collect();
         self.forward_unary(CREATE_CONTAINER, meta, stripped).await
     }
 
-    /// The layers a container's image config claims (containerd prepares the container's rootfs
-    /// on their chain): CRI's image ID is its config's digest, read from `k8s.io`'s content.
-    async fn claimed_layers(&self, req: &cri::CreateContainerRequest) -> Result<Option<Vec<String>>, Status> {
-        let spec = req.config.as_ref().and_then(|c| c.image.clone());
-        let st: cri::ImageStatusResponse = self.call("/runtime.v1.ImageService/ImageStatus", cri::ImageStatusRequest { image: spec, verbose: false }).await?;
-        let Some(id) = st.image.map(|i| i.id).filter(|id| crate::reference::is_digest(id)) else {
-            return Ok(None);
+    /// The layers an image on the node claims (containerd prepares a container's rootfs on
+    /// their chain): CRI's image ID is its config's digest, read from `k8s.io`'s content.
+    /// Refused: an image CRI does not find (containerd 2.x takes a path to a checkpoint archive
+    /// for one), and a checkpoint image (containerd 2.x restores it onto another image, which it
+    /// pulls itself): pullgate could not decide what the container would run.
+    async fn claimed_layers(&self, spec: cri::ImageSpec, shown: &str) -> Result<Vec<String>, Status> {
+        let st: cri::ImageStatusResponse = self.call("/runtime.v1.ImageService/ImageStatus", cri::ImageStatusRequest { image: Some(spec), verbose: false }).await?;
+        let undecidable = |why: &str| Status::failed_precondition(format!("pullgate cannot decide a container of image {shown}: {why}"));
+        let Some(image) = st.image.filter(|i| crate::reference::is_digest(&i.id)) else {
+            return Err(undecidable("it is not an image on the node (pull it first; restoring from a checkpoint archive is not supported through pullgate)"));
         };
         let cd = pull::containerd::Containerd::connect(&self.upstream_address, CRI_NAMESPACE).await.map_err(|e| Status::unavailable(e.to_string()))?;
-        let bytes = cd.read_content(&id, crate::registry::MAX_MANIFEST).await.map_err(|e| Status::new(e.code, format!("pullgate: image config {id}: {e}")))?;
+        let read = |d: &str| {
+            let d = d.to_string();
+            let cd = &cd;
+            async move { cd.read_content(&d, crate::registry::MAX_MANIFEST).await.map_err(|e| Status::new(e.code, format!("pullgate: image {shown}: {d}: {e}"))) }
+        };
+        for name in image.repo_tags.iter().chain(&image.repo_digests).chain(std::iter::once(&image.id)) {
+            let target = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))?;
+            if let Some(t) = target {
+                if String::from_utf8_lossy(&read(&t.digest).await?).contains(CHECKPOINT_ANNOTATION) {
+                    return Err(undecidable("it is a checkpoint image, which containerd restores onto another image; not supported through pullgate"));
+                }
+            }
+        }
+        let bytes = read(&image.id).await?;
         let config = oci_spec::image::ImageConfiguration::from_reader(bytes.as_slice())
-            .map_err(|e| Status::failed_precondition(format!("pullgate: image config {id} is unreadable: {e}")))?;
-        Ok(Some(config.rootfs().diff_ids().to_vec()))
+            .map_err(|e| Status::failed_precondition(format!("pullgate: image config {}: unreadable: {e}", image.id)))?;
+        Ok(config.rootfs().diff_ids().to_vec())
     }
 
     async fn run_pod_sandbox(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {

@@ -302,6 +302,16 @@ impl Containerd {
         }
     }
 
+    /// What image record `name` points at (None: no such record).
+    pub async fn image_target(&self, name: &str) -> Result<Option<Descriptor>> {
+        let req = containerd_client::services::v1::GetImageRequest { name: name.to_string() };
+        match ImagesClient::new(self.channel.clone()).get(self.req(req)).await {
+            Ok(r) => Ok(r.into_inner().image.and_then(|i| i.target)),
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(err(format!("get image {name}"))(s)),
+        }
+    }
+
     fn snapshots(&self) -> SnapshotsClient<Channel> {
         SnapshotsClient::new(self.channel.clone())
     }

@@ -63,7 +63,13 @@ pub struct Request {
     /// record's target digest and `{config}` for the config's (the CRI front's image ID and
     /// `repo@digest` records).
     pub extra_names: Vec<String>,
+    /// Refuse a checkpoint image (the CRI front: containerd's CreateContainer would restore it
+    /// onto an image pullgate never decided).
+    pub refuse_checkpoints: bool,
 }
+
+/// The annotation (key prefix) of a checkpoint image's manifest or index.
+pub const CHECKPOINT_ANNOTATION: &str = "org.criu.checkpoint";
 
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
@@ -146,6 +152,12 @@ impl Puller {
         cd: &mut Containerd,
     ) -> Result<Outcome> {
         let image = Image::of(req, resolved, sess)?;
+        if req.refuse_checkpoints && resolved.index.iter().chain([&resolved.manifest]).any(|f| f.bytes.windows(CHECKPOINT_ANNOTATION.len()).any(|w| w == CHECKPOINT_ANNOTATION.as_bytes())) {
+            return Err(PullError::BadImage {
+                image: image.name,
+                reason: "it is a checkpoint image (containerd 2.x restores it onto another image, which it pulls itself): not pulled for pods".into(),
+            });
+        }
         let identity = self.key.identity(&req.reference.host, req.cred.as_ref());
         let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), config: image.config.digest.clone(), ..Default::default() };
         let facts = self.facts(&image, &out.manifest)?;
