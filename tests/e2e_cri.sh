@@ -17,7 +17,8 @@
 #   7. kubelet pointed straight at containerd (bypassing the front): the snapshotter refuses;
 #   8. public images need no secret;
 #   9. pullgate killed (SIGKILL) between PullImage and CreateContainer;
-#  10. pods stop and go.
+#  10. pods stop and go;
+#  11. with `[cri] principal = "pod"`, each pod pulls for itself.
 # About a minute per containerd version.
 # Usage: tests/e2e_cri.sh VERSION
 source "$(dirname "$0")/lib.sh"
@@ -310,6 +311,21 @@ for s in "$SID_A" "$SID_A2" "$SID_B" "$SID_C" "$SID_C2" "$SID_C3" "$SID_D" "$SID
 done
 left=$(front ListPodSandbox | python3 -c 'import json,sys; print(len([p for p in (json.load(sys.stdin).get("items") or []) if p["metadata"]["namespace"] != "team-b2"]))')
 check "StopPodSandbox and RemovePodSandbox through the front leave no pod ($left)" test "$left" = 0
+log "11. [cri] principal = \"pod\": each pod pulls for itself"
+sed -i 's/^socket = "\(.*\)cri.sock"$/&\nprincipal = "pod"/' "$PG/config.toml"
+check "11: the config says principal = \"pod\"" grep -q '^principal = "pod"' "$PG/config.toml"
+kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
+start_pullgate "$PG" || exit 1
+wait_for 30 front Version || fail "11: the front serves again"
+wait_backend
+run_pod front web-1 team-p || fail "11: RunPodSandbox team-p/web-1"; SID_P1=$SID
+run_pod front web-2 team-p || fail "11: RunPodSandbox team-p/web-2"; SID_P2=$SID
+check "11: team-p/web-1's PullImage with carol's secret" pull_as web-1 team-p "$PRIV" "carol:$PW_CAROL"
+check_out "11: the grant is for principal team-p/web-1" "team-p/web-1" pg grants -n k8s.io
+check_out "11: web-1 runs the image" "$PRIVMSG" run_in front web-1 team-p "$SID_P1" p1 "$PRIV"
+check_refused "11: web-2, in the same namespace but without its own pull, is refused" "$REFUSED team-p/web-2 \(principal \"team-p/web-2\"\)" "$PRIVMSG" \
+  run_in front web-2 team-p "$SID_P2" p2 "$PRIV"
+for s in "$SID_P1" "$SID_P2"; do front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; done
 check "no secret reached pullgate's log or database" bash -c "! grep -rqF -e '$PW_ALICE' -e '$PW_CAROL' '$PG/log' '$PG/root/metadata.redb'"
 
 summary "e2e cri (containerd $V)"
