@@ -120,7 +120,7 @@ impl Api {
         if let Some(s) = &server {
             crate::registry::hosts::endpoint(&reference.host, None, r.plain_http, Some(s)).map_err(|e| ApiError::Invalid(e.to_string()))?;
         }
-        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, server, platform, image_labels: Default::default(), extra_names: vec![], refuse_checkpoints: false })
+        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, server, platform, image_labels: Default::default(), extra_names: vec![], for_pods: false })
     }
 
     /// Every origin a grant for `r` may be recorded under: origins name the endpoint that

@@ -223,6 +223,35 @@ check_refused "5c: its CreateContainer is refused: pullgate cannot decide a rest
 check_refused "5d: a CreateContainer naming a file on the node (2.x: a checkpoint archive) is refused" "not an image on the node" "" \
   run_in front app-c team-c "$SID_C" c7 /etc/hostname
 
+# 5f: an index whose entries pullgate and containerd would pick differently: linux/amd64/v9 ->
+# the attacker's own (public) manifest, listed first; linux/amd64 -> team-a's manifest. Were the
+# image record to point at the index, CRI would file the attacker's tag under team-a's image ID,
+# and containerd could later build team-a's containers from whatever that tag names.
+python3 - "$WORK/pub" "$WORK/priv" "$WORK/twofaced" <<'PY'
+import hashlib, json, shutil, sys
+pub, priv, dst = sys.argv[1:4]
+shutil.copytree(pub, dst)
+for f in __import__("os").listdir(f"{priv}/blobs/sha256"):
+    shutil.copy(f"{priv}/blobs/sha256/{f}", f"{dst}/blobs/sha256/{f}")
+def top(d):
+    e = json.load(open(f"{d}/index.json"))["manifests"][0]
+    return {"mediaType": e.get("mediaType", "application/vnd.oci.image.manifest.v1+json"), "digest": e["digest"], "size": e["size"]}
+idx = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+    dict(top(pub), platform={"os": "linux", "architecture": "amd64", "variant": "v9"}),
+    dict(top(priv), platform={"os": "linux", "architecture": "amd64"})]}
+b = json.dumps(idx).encode(); h = hashlib.sha256(b).hexdigest()
+open(f"{dst}/blobs/sha256/{h}", "wb").write(b)
+json.dump({"schemaVersion": 2, "manifests": [{"mediaType": idx["mediaType"], "digest": "sha256:" + h, "size": len(b),
+           "annotations": {"org.opencontainers.image.ref.name": "v1"}}]}, open(f"{dst}/index.json", "w"))
+PY
+TWO=$REG_bad/c/twofaced:v1
+push_image "$WORK/twofaced" v1 "$TWO" "" --all || fail "5f: push the two-faced index"
+check "5f: team-c's PullImage of the two-faced index" pull_as app-c team-c "$TWO"
+two_id=$(front ImageStatus "{\"image\":{\"image\":\"$TWO\"}}" | jget image.id 2>/dev/null)
+check "5f: CRI does not file it under team-a's image ID ($two_id)" test -n "$two_id" -a "$two_id" != "$PRIV_ID"
+check_out "5f: team-c's container of it runs the manifest pullgate verified (its own)" "public app" run_in front app-c team-c "$SID_C" c9 "$TWO"
+check_out "5f: team-a still runs its own image by image ID" "$PRIVMSG" run_in front app-a team-a "$SID_A" a4 "$PRIV_ID"
+
 if [ "$V" = 2.1 ]; then
   log "5e. image volumes (containerd 2.1): each image a container mounts is decided too"
   vol() { printf ',"mounts":[{"container_path":"/vol","readonly":true,"image":{"image":"%s"}}]' "$1"; }

@@ -204,7 +204,7 @@ impl Front {
             platform: self.platform.clone(),
             image_labels: HashMap::from([(MANAGED_LABEL.0.to_string(), MANAGED_LABEL.1.to_string())]),
             extra_names,
-            refuse_checkpoints: true,
+            for_pods: true,
         };
         let out = self.puller.pull(&preq).await.map_err(|e| {
             let s = Status::from(crate::api::ApiError::Pull(e));
@@ -242,8 +242,24 @@ impl Front {
             tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted");
             chains.push(chain);
         }
-        let _admissions: Vec<_> = chains.iter().map(|c| self.snap.admit(CRI_NAMESPACE, c, &principal)).collect();
-        self.forward_unary(CREATE_CONTAINER, meta, stripped).await
+        let admissions: Vec<_> = chains.iter().map(|c| self.snap.admit(CRI_NAMESPACE, c, &principal)).collect();
+        let resp = self.forward_unary(CREATE_CONTAINER, meta, stripped).await?;
+        // The container's rootfs must have been prepared on the admission made for its image (the
+        // first): a container whose rootfs containerd prepared on another chain (its image
+        // changed between the decision and containerd's own lookup) or with another pod's
+        // admission is removed again, and kubelet retries. Image volumes may legitimately use
+        // none (already mounted for the pod), so only the rootfs is checked.
+        let created: cri::CreateContainerResponse = decode("CreateContainer response", resp.get_ref())?;
+        let rootfs = admissions.first().and_then(|a| a.consumer());
+        if !admissions.is_empty() && rootfs.as_deref().map(crate::snapshotter::name_of_key) != Some(created.container_id.as_str()) {
+            tracing::warn!(pod = %pod_name, container = %created.container_id, consumed_by = ?rootfs, "CRI CreateContainer: the rootfs was not prepared on the admitted image; removing the container");
+            let removed = self.call::<_, cri::RemoveContainerResponse>("/runtime.v1.RuntimeService/RemoveContainer", cri::RemoveContainerRequest { container_id: created.container_id.clone() }).await;
+            return Err(Status::aborted(format!(
+                "pullgate: containerd created the container of pod {pod_name} on another image than the one pullgate decided (it changed meanwhile){}; retry",
+                if removed.is_ok() { ", so it removed it" } else { "; removing it failed" }
+            )));
+        }
+        Ok(resp)
     }
 
     /// The layers an image on the node claims (containerd prepares a container's rootfs on
@@ -263,11 +279,18 @@ impl Front {
             let cd = &cd;
             async move { cd.read_content(&d, crate::registry::MAX_MANIFEST).await.map_err(|e| Status::new(e.code, format!("pullgate: image {shown}: {d}: {e}"))) }
         };
+        // containerd builds the container from one of the image's names as its record stands
+        // then: every name must still be this image (CRI's list of names can lag behind a name
+        // re-pointed meanwhile), and none a checkpoint image.
         for name in image.repo_tags.iter().chain(&image.repo_digests).chain(std::iter::once(&image.id)) {
-            let target = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))?;
-            if let Some(t) = target {
-                if String::from_utf8_lossy(&read(&t.digest).await?).contains(CHECKPOINT_ANNOTATION) {
-                    return Err(undecidable("it is a checkpoint image, which containerd restores onto another image; not supported through pullgate"));
+            let Some(t) = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))? else { continue };
+            let target = read(&t.digest).await?;
+            if String::from_utf8_lossy(&target).contains(CHECKPOINT_ANNOTATION) {
+                return Err(undecidable("it is a checkpoint image, which containerd restores onto another image; not supported through pullgate"));
+            }
+            for config in self.configs_for_platform(&target, &read).await? {
+                if config != image.id {
+                    return Err(undecidable(&format!("its name {name} now names another image ({config}); retry")));
                 }
             }
         }
@@ -275,6 +298,37 @@ impl Front {
         let config = oci_spec::image::ImageConfiguration::from_reader(bytes.as_slice())
             .map_err(|e| Status::failed_precondition(format!("pullgate: image config {}: unreadable: {e}", image.id)))?;
         Ok(config.rootfs().diff_ids().to_vec())
+    }
+
+    /// The configs an image record's target (`bytes`) gives this node's platform: a manifest's
+    /// own, or those of an index's entries for this platform (any variant; an entry missing from
+    /// the content store is an error, as containerd could choose it once it arrives).
+    async fn configs_for_platform<F, Fut>(&self, bytes: &[u8], read: &F) -> Result<Vec<String>, Status>
+    where
+        F: Fn(&str) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<u8>, Status>>,
+    {
+        let bad = |e: String| Status::failed_precondition(format!("pullgate: an image record's target is unreadable: {e}"));
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+        if let Some(d) = value.pointer("/config/digest").and_then(|d| d.as_str()) {
+            return Ok(vec![d.to_string()]);
+        }
+        let (os, arch) = self.platform.split_once('/').unwrap_or(("linux", "amd64"));
+        let mut out = Vec::new();
+        for m in value.get("manifests").and_then(|m| m.as_array()).ok_or_else(|| bad("neither a manifest nor an index".into()))? {
+            let p = m.get("platform");
+            let field = |k: &str| p.and_then(|p| p.get(k)).and_then(|v| v.as_str());
+            if p.is_some() && (field("os") != Some(os) || field("architecture") != Some(arch)) {
+                continue;
+            }
+            let d = m.get("digest").and_then(|d| d.as_str()).ok_or_else(|| bad("an index entry without a digest".into()))?;
+            let inner: serde_json::Value = serde_json::from_slice(&read(d).await?).map_err(|e| bad(e.to_string()))?;
+            match inner.pointer("/config/digest").and_then(|d| d.as_str()) {
+                Some(c) => out.push(c.to_string()),
+                None => return Err(bad(format!("index entry {d} is not an image manifest"))),
+            }
+        }
+        Ok(out)
     }
 
     async fn run_pod_sandbox(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {

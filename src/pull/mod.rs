@@ -63,9 +63,12 @@ pub struct Request {
     /// record's target digest and `{config}` for the config's (the CRI front's image ID and
     /// `repo@digest` records).
     pub extra_names: Vec<String>,
-    /// Refuse a checkpoint image (the CRI front: containerd's CreateContainer would restore it
-    /// onto an image pullgate never decided).
-    pub refuse_checkpoints: bool,
+    /// A pull for pods (the CRI front): refuse a checkpoint image (containerd's CreateContainer
+    /// would restore it onto an image pullgate never decided), and point the image records at
+    /// the platform's manifest pullgate verified, never at an index (containerd's CRI would pick
+    /// an index's entry by its own platform rules, and group the name with whatever image that
+    /// entry is).
+    pub for_pods: bool,
 }
 
 /// The annotation (key prefix) of a checkpoint image's manifest or index.
@@ -152,7 +155,7 @@ impl Puller {
         cd: &mut Containerd,
     ) -> Result<Outcome> {
         let image = Image::of(req, resolved, sess)?;
-        if req.refuse_checkpoints && resolved.index.iter().chain([&resolved.manifest]).any(|f| f.bytes.windows(CHECKPOINT_ANNOTATION.len()).any(|w| w == CHECKPOINT_ANNOTATION.as_bytes())) {
+        if req.for_pods && resolved.index.iter().chain([&resolved.manifest]).any(|f| f.bytes.windows(CHECKPOINT_ANNOTATION.len()).any(|w| w == CHECKPOINT_ANNOTATION.as_bytes())) {
             return Err(PullError::BadImage {
                 image: image.name,
                 reason: "it is a checkpoint image (containerd 2.x restores it onto another image, which it pulls itself): not pulled for pods".into(),
@@ -174,7 +177,7 @@ impl Puller {
         if !full {
             return Ok(out);
         }
-        let target = self.store_image_content(&image, resolved, &diff_ids, &who, cd).await?;
+        let target = self.store_image_content(&image, resolved, &diff_ids, &who, req.for_pods, cd).await?;
         crate::crashpoint::hit("pull.labelled");
         self.unpack(req, &image, &diff_ids, cd, &mut out).await?;
         cd.put_image(&image.name, target.clone(), req.image_labels.clone()).await?;
@@ -365,7 +368,7 @@ impl Puller {
 
     /// Manifest (and index) content with containerd's GC references, and the config's
     /// reference to the top chain; returns what the image record points at.
-    async fn store_image_content(&self, image: &Image, resolved: &registry::Resolved, diff_ids: &[String], who: &HashMap<String, String>, cd: &Containerd) -> Result<Descriptor> {
+    async fn store_image_content(&self, image: &Image, resolved: &registry::Resolved, diff_ids: &[String], who: &HashMap<String, String>, for_pods: bool, cd: &Containerd) -> Result<Descriptor> {
         let top = ledger::chain_ids(diff_ids).last().cloned().unwrap_or_default();
         let mut mlabels = who.clone();
         mlabels.insert("containerd.io/gc.ref.content.config".into(), image.config.digest.clone());
@@ -379,7 +382,7 @@ impl Puller {
             size: resolved.manifest.bytes.len() as i64,
             annotations: HashMap::new(),
         };
-        if let Some(idx) = &resolved.index {
+        if let Some(idx) = resolved.index.as_ref().filter(|_| !for_pods) {
             let mut ilabels = who.clone();
             ilabels.insert("containerd.io/gc.ref.content.m.0".into(), resolved.manifest.digest.clone());
             cd.write_bytes(&idx.digest, &idx.bytes, ilabels).await?;

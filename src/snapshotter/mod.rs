@@ -109,6 +109,8 @@ struct Admission {
     namespace: String,
     chain: String,
     principal: String,
+    /// The backend key of the Prepare that consumed it.
+    consumed_by: Option<String>,
 }
 
 /// Keeps an admission offered while its CreateContainer is in flight; dropped, it withdraws an
@@ -116,6 +118,13 @@ struct Admission {
 pub struct AdmissionGuard {
     snap: std::sync::Arc<Snapshotter>,
     id: u64,
+}
+
+impl AdmissionGuard {
+    /// The backend key of the snapshot whose Prepare consumed the admission, if one did.
+    pub fn consumer(&self) -> Option<String> {
+        self.snap.admission_lock().iter().find(|a| a.id == self.id).and_then(|a| a.consumed_by.clone())
+    }
 }
 
 impl Drop for AdmissionGuard {
@@ -319,29 +328,33 @@ impl Snapshotter {
 
     /// Offers an admission (see [`Admission`]) until the guard is dropped. Two pods admitted
     /// for the same chain at the same moment may consume each other's admission: both were
-    /// already decided by the front for that chain, so either Prepare is one the front allowed.
+    /// decided by the front for that chain, so either Prepare is one the front allowed; the
+    /// front then sees (`AdmissionGuard::consumer`) that its container did not consume its own
+    /// admission and undoes the creation, as it does when containerd prepared the container on
+    /// a chain the front did not decide.
     pub fn admit(self: &std::sync::Arc<Self>, namespace: &str, chain: &str, principal: &str) -> AdmissionGuard {
         let id = self.next_admission.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.admission_lock().push(Admission { id, namespace: namespace.into(), chain: chain.into(), principal: principal.into() });
+        self.admission_lock().push(Admission { id, namespace: namespace.into(), chain: chain.into(), principal: principal.into(), consumed_by: None });
         AdmissionGuard { snap: self.clone(), id }
     }
 
-    /// Consumes the oldest admission for a container on parent `parent` (a backend key) in
-    /// `namespace`: its principal.
-    fn take_admission(&self, namespace: &str, parent: &str) -> Option<String> {
+    /// Consumes, for the Prepare of `key`, the oldest unconsumed admission for a container on
+    /// parent `parent` (a backend key) in `namespace`: its principal.
+    fn take_admission(&self, namespace: &str, key: &str, parent: &str) -> Option<String> {
         let mut all = self.admission_lock();
-        let i = all.iter().position(|a| a.namespace == namespace && a.chain == name_of_key(parent))?;
-        Some(all.remove(i).principal)
+        let a = all.iter_mut().find(|a| a.consumed_by.is_none() && a.namespace == namespace && a.chain == name_of_key(parent))?;
+        a.consumed_by = Some(key.to_string());
+        Some(a.principal.clone())
     }
 
     /// The principal a new snapshot is created for: in a namespace served by the CRI front, the
     /// admission its container Prepare consumes (none: no principal), else the label.
-    fn principal_of(&self, kind: Kind, is_extract: bool, namespace: &str, parent: &str, labels: &Labels) -> Result<(String, bool)> {
+    fn principal_of(&self, kind: Kind, is_extract: bool, namespace: &str, key: &str, parent: &str, labels: &Labels) -> Result<(String, bool)> {
         if self.admission_only.contains(namespace) {
             if labels.contains_key(PRINCIPAL_LABEL) {
                 tracing::info!(%namespace, "ignoring a principal label: in a namespace served by the CRI front, principals come from its admissions only");
             }
-            let admitted = (kind == Kind::Active && !is_extract && !parent.is_empty()).then(|| self.take_admission(namespace, parent)).flatten();
+            let admitted = (kind == Kind::Active && !is_extract && !parent.is_empty()).then(|| self.take_admission(namespace, key, parent)).flatten();
             return Ok((admitted.clone().unwrap_or_default(), admitted.is_some()));
         }
         let principal = labels.get(PRINCIPAL_LABEL).cloned().unwrap_or_default();
@@ -436,7 +449,7 @@ impl Snapshotter {
         validate_labels(&labels)?;
         let namespace = namespace_of_key(key).or(ns_hint).unwrap_or_default().to_string();
         let target = extract_target(kind, key);
-        let (principal, admitted) = self.principal_of(kind, target.is_some(), &namespace, parent, &labels)?;
+        let (principal, admitted) = self.principal_of(kind, target.is_some(), &namespace, key, parent, &labels)?;
         tracing::debug!(%namespace, key, parent, ?kind, %principal, target = target.as_deref().unwrap_or(""), "create snapshot");
         let _g = self.read_lock();
 
@@ -1020,23 +1033,24 @@ mod tests {
         s.prepare("k8s.io/3/c1", &parent, label.clone(), None).unwrap();
         assert_eq!(admitted("k8s.io/3/c1"), None);
         {
-            let _a = s.admit("k8s.io", &chain, "team-b");
-            let _other = s.admit("k8s.io", &dg('d'), "team-x");
+            let a = s.admit("k8s.io", &chain, "team-b");
+            let other = s.admit("k8s.io", &dg('d'), "team-x");
             s.prepare("k8s.io/4/c2", &parent, label.clone(), None).unwrap();
             assert_eq!(admitted("k8s.io/4/c2").as_deref(), Some("team-b"));
+            assert_eq!((a.consumer().as_deref(), other.consumer()), (Some("k8s.io/4/c2"), None));
             // Single use: the next container on the chain gets nothing.
             s.prepare("k8s.io/5/c3", &parent, Labels::new(), None).unwrap();
             assert_eq!(admitted("k8s.io/5/c3"), None);
         }
-        // Dropped guards withdraw what no Prepare consumed.
+        // Dropped guards withdraw their admissions, consumed or not.
         assert!(s.admission_lock().is_empty());
         {
-            let _a = s.admit("k8s.io", &chain, "team-b");
+            let a = s.admit("k8s.io", &chain, "team-b");
             // Another namespace's container on a chain of that name does not consume it.
             s.prepare("other/1/base", "", Labels::new(), None).unwrap();
             s.commit(&format!("other/2/{chain}"), "other/1/base", Labels::new()).unwrap();
             s.prepare("other/3/c", &format!("other/2/{chain}"), Labels::new(), None).unwrap();
-            assert_eq!(s.admission_lock().len(), 1);
+            assert_eq!(a.consumer(), None);
         }
         s.remove("k8s.io/4/c2").unwrap();
         assert_eq!(admitted("k8s.io/4/c2"), None, "removed with its snapshot");
