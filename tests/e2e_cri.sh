@@ -12,6 +12,7 @@
 #      ones containerd's own CRI pull makes;
 #   3. team-b without a secret is refused at CreateContainer, and its PullImage fails;
 #   4. team-b with its own secret: one manifest round-trip (no blob GET, no extraction), runs;
+#      containers of one image created at once by both namespaces' pods;
 #   5. attacker's manifests (forged layer IDs; team-a's blob digests from another registry);
 #   6. annotations claiming another principal or carrying containerd.io/snapshot.ref;
 #   7. kubelet pointed straight at containerd (bypassing the front): the snapshotter refuses;
@@ -151,6 +152,17 @@ check "the registry saw the manifest request" grep -q '"[A-Z]* /v2/private/app/m
 check "and no blob GET" not grep -q '"GET /v2/private/app/blobs/' <<<"$after"
 check "and nothing was extracted (k8s.io holds $snaps snapshots, as before)" test "$(k8s_snapshots)" = "$snaps"
 check_out "team-b's container runs" "$PRIVMSG" run_in front app-b team-b "$SID_B" b3 "$PRIV"
+
+log "4b. containers of one image created at once, by two namespaces' pods"
+par=()
+for i in 1 2 3 4; do
+  run_in front app-a team-a "$SID_A" "par-a$i" "$PRIV" > "$WORK/par-a$i.out" 2>&1 & par+=($!)
+  run_in front app-b team-b "$SID_B" "par-b$i" "$PRIV" > "$WORK/par-b$i.out" 2>&1 & par+=($!)
+done
+wait "${par[@]}"
+ok=0; for f in "$WORK"/par-*.out; do grep -qF "$PRIVMSG" "$f" && ok=$((ok + 1)); done
+check "4b: all 8 were created and ran ($ok; none undone for another's admission)" test "$ok" -eq 8
+grep -L "$PRIVMSG" "$WORK"/par-*.out 2>/dev/null | head -2 | while read -r f; do sed 's/^/         /' "$f" | head -3; done
 
 log "5. attacker-made manifests over team-a's layers"
 # 5a: forged layer IDs: the attacker's config claims team-a's diffIDs over its own blobs.

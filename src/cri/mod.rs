@@ -54,6 +54,12 @@ fn is_snapshotter_annotation(key: &str) -> bool {
 type MessageStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
 
 pub struct Front {
+    /// One lock per layer chain: CreateContainers of the same image are forwarded one at a
+    /// time, so that the admission on offer for a chain is always the one the Prepare in flight
+    /// was decided with (with several on offer, concurrent containers would consume each
+    /// other's and the post-check would undo them). Entries stay: one per image created on the
+    /// node.
+    chain_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     upstream: Channel,
     upstream_address: PathBuf,
     puller: Arc<Puller>,
@@ -122,7 +128,15 @@ fn decode<M: Message + Default>(what: &str, body: &Bytes) -> Result<M, Status> {
 
 impl Front {
     pub fn new(upstream_address: PathBuf, puller: Arc<Puller>, snap: Arc<Snapshotter>, principal: CriPrincipal) -> Front {
-        Front { upstream: lazy_channel(upstream_address.clone()), upstream_address, puller, snap, principal, platform: host_platform() }
+        Front {
+            chain_locks: Default::default(),
+            upstream: lazy_channel(upstream_address.clone()),
+            upstream_address,
+            puller,
+            snap,
+            principal,
+            platform: host_platform(),
+        }
     }
 
     fn upstream(&self) -> tonic::client::Grpc<Channel> {
@@ -242,6 +256,7 @@ impl Front {
             tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted");
             chains.push(chain);
         }
+        let _locked = self.lock_chains(&chains).await;
         let admissions: Vec<_> = chains.iter().map(|c| self.snap.admit(CRI_NAMESPACE, c, &principal)).collect();
         let resp = self.forward_unary(CREATE_CONTAINER, meta, stripped).await?;
         // The container's rootfs must have been prepared on the admission made for its image (the
@@ -255,11 +270,25 @@ impl Front {
             tracing::warn!(pod = %pod_name, container = %created.container_id, consumed_by = ?rootfs, "CRI CreateContainer: the rootfs was not prepared on the admitted image; removing the container");
             let removed = self.call::<_, cri::RemoveContainerResponse>("/runtime.v1.RuntimeService/RemoveContainer", cri::RemoveContainerRequest { container_id: created.container_id.clone() }).await;
             return Err(Status::aborted(format!(
-                "pullgate: containerd created the container of pod {pod_name} on another image than the one pullgate decided (it changed meanwhile){}; retry",
+                "pullgate: containerd prepared the container of pod {pod_name} without the admission pullgate made for its image (the image changed meanwhile, or another Prepare took it){}; retry",
                 if removed.is_ok() { ", so it removed it" } else { "; removing it failed" }
             )));
         }
         Ok(resp)
+    }
+
+    /// Takes the locks of `chains` (sorted and deduplicated, so that two calls never wait on
+    /// each other).
+    async fn lock_chains(&self, chains: &[String]) -> Vec<tokio::sync::OwnedMutexGuard<()>> {
+        let mut names: Vec<&String> = chains.iter().collect();
+        names.sort();
+        names.dedup();
+        let mut held = Vec::new();
+        for n in names {
+            let lock = self.chain_locks.lock().unwrap_or_else(|p| p.into_inner()).entry(n.clone()).or_default().clone();
+            held.push(lock.lock_owned().await);
+        }
+        held
     }
 
     /// The layers an image on the node claims (containerd prepares a container's rootfs on
@@ -357,13 +386,17 @@ fn strip(body: &Bytes, paths: &[&[u64]]) -> Result<Bytes, Status> {
 /// What kubelet shows as the container's CreateContainerError.
 fn refusal(e: SnapshotterError, pod: &str, image: &str, principal: &str) -> Status {
     match e {
-        SnapshotterError::Gate(crate::gate::GateError::Denied(d)) => Status::permission_denied(format!(
-            "pullgate refused pod {pod} ({}) the image {image}: {} ({}); to fix: let kubelet pull the image with the pod's imagePullSecrets \
-             (imagePullPolicy: Always, or kubelet's KubeletEnsureSecretPulledImages feature), so that the registry accepts a credential of this pod's",
-            who(principal),
-            d.reason,
-            d.subject
-        )),
+        SnapshotterError::Gate(crate::gate::GateError::Denied(d)) => {
+            // The layer goes to pullgate's log only: the pod learns nothing of an image it may
+            // not use beyond the name it gave.
+            tracing::info!(%pod, %image, %principal, subject = %d.subject, reason = %d.reason, "CRI CreateContainer refused");
+            Status::permission_denied(format!(
+                "pullgate refused pod {pod} ({}) the image {image}: {}; to fix: let kubelet pull the image with the pod's imagePullSecrets \
+                 (imagePullPolicy: Always, or kubelet's KubeletEnsureSecretPulledImages feature), so that the registry accepts a credential of this pod's",
+                who(principal),
+                d.reason
+            ))
+        }
         other => {
             let s = Status::from(other);
             let code = if s.code() == Code::Ok { Code::Internal } else { s.code() };
