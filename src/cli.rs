@@ -25,17 +25,17 @@ pub const EXIT_UNAVAILABLE: i32 = 5;
 #[derive(Debug, Parser)]
 #[command(name = "pullgate", version)]
 pub struct Cli {
+    /// pullgate's API socket (before or after the subcommand, as with ctr).
+    #[arg(long, short = 'a', global = true, env = "PULLGATE_ADDRESS", default_value = "/run/pullgate/api.sock")]
+    pub address: PathBuf,
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Debug, Args)]
 pub struct Target {
-    /// pullgate's API socket.
-    #[arg(long, short = 'a', global = true, default_value = "/run/pullgate/api.sock")]
-    pub address: PathBuf,
     /// containerd namespace.
-    #[arg(long = "namespace", short = 'n', default_value = "default")]
+    #[arg(long = "namespace", short = 'n', env = "CONTAINERD_NAMESPACE", default_value = "default")]
     pub namespace: String,
 }
 
@@ -112,11 +112,7 @@ pub enum Command {
         reference: Option<String>,
     },
     /// Show what pullgate recorded about an image reference or a digest.
-    Inspect {
-        #[arg(long, short = 'a', default_value = "/run/pullgate/api.sock")]
-        address: PathBuf,
-        target: String,
-    },
+    Inspect { target: String },
 }
 
 /// A bare level ("debug") applies to pullgate's own events; the libraries underneath (h2,
@@ -201,18 +197,18 @@ fn request_server(hosts_dir: Option<&std::path::Path>, reference: &str) -> Resul
     Ok(server.unwrap_or_default())
 }
 
-fn pull_request(t: &Target, r: RegistryArgs, reference: String) -> Result<proto::PullRequest, i32> {
+fn pull_request(t: &Target, r: &RegistryArgs, reference: String) -> Result<proto::PullRequest, i32> {
     let server = request_server(r.hosts_dir.as_deref(), &reference)?;
-    let (user, password) = credentials(r.user)?;
+    let (user, password) = credentials(r.user.clone())?;
     Ok(proto::PullRequest {
         reference,
         namespace: t.namespace.clone(),
-        principal: r.principal,
+        principal: r.principal.clone(),
         user,
         password,
         plain_http: r.plain_http,
         hosts_dir: String::new(),
-        platform: r.platform,
+        platform: r.platform.clone(),
         server,
     })
 }
@@ -229,21 +225,32 @@ fn report(out: proto::PullResponse) -> i32 {
     0
 }
 
-async fn pull_or_verify(c: &mut PullgateClient<tonic::transport::Channel>, verify: bool, target: &Target, registry: RegistryArgs, reference: String) -> i32 {
-    let req = match pull_request(target, registry, reference) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    let out = if verify { c.verify(req).await } else { c.pull(req).await };
-    out.map(|r| report(r.into_inner())).unwrap_or_else(fail)
+/// A reference the command was given, checked here so that a malformed one is a usage error
+/// (exit 2) whether or not the daemon is up.
+fn check_reference(reference: &str) -> Result<(), i32> {
+    crate::reference::Reference::parse(reference).map(|_| ()).map_err(|e| {
+        eprintln!("pullgate: {e}");
+        EXIT_USAGE
+    })
 }
 
-async fn run_client(cmd: Command) -> i32 {
-    let address = match &cmd {
-        Command::Serve { .. } => return EXIT_USAGE,
-        Command::Pull { target, .. } | Command::Verify { target, .. } | Command::Check { target, .. } => &target.address,
-        Command::Grants { target, .. } | Command::Revoke { target, .. } => &target.address,
-        Command::Inspect { address, .. } => address,
+async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
+    // Everything that can be refused locally is, before the daemon is contacted (and before a
+    // password is asked for).
+    let local = match &cmd {
+        Command::Pull { reference, .. } | Command::Verify { reference, .. } | Command::Check { reference, .. } => check_reference(reference),
+        Command::Revoke { reference: Some(r), .. } => check_reference(r),
+        _ => Ok(()),
+    };
+    if let Err(code) = local {
+        return code;
+    }
+    let pull = match &cmd {
+        Command::Pull { target, registry, reference } | Command::Verify { target, registry, reference } => match pull_request(target, registry, reference.clone()) {
+            Ok(r) => Some(r),
+            Err(code) => return code,
+        },
+        _ => None,
     };
     let mut c = match client(address).await {
         Ok(c) => c,
@@ -251,8 +258,11 @@ async fn run_client(cmd: Command) -> i32 {
     };
     match cmd {
         Command::Serve { .. } => EXIT_USAGE,
-        Command::Pull { target, registry, reference } => pull_or_verify(&mut c, false, &target, registry, reference).await,
-        Command::Verify { target, registry, reference } => pull_or_verify(&mut c, true, &target, registry, reference).await,
+        Command::Pull { .. } | Command::Verify { .. } => {
+            let Some(req) = pull else { return EXIT_FAILURE };
+            let out = if matches!(cmd, Command::Verify { .. }) { c.verify(req).await } else { c.pull(req).await };
+            out.map(|r| report(r.into_inner())).unwrap_or_else(fail)
+        }
         Command::Check { target, principal, reference } => {
             let req = proto::CheckRequest { reference, namespace: target.namespace, principal };
             match c.check(req).await {
@@ -343,7 +353,7 @@ pub fn run(cli: Cli) -> i32 {
                 }
             }
         }
-        other => rt.block_on(run_client(other)),
+        other => rt.block_on(run_client(&cli.address, other)),
     }
 }
 
@@ -361,6 +371,10 @@ mod tests {
     fn contract_parses() {
         let c = Cli::try_parse_from(["pullgate", "pull", "-n", "b", "--principal", "p", "--user", "u:p", "--plain-http", "--hosts-dir", "/d", "--platform", "linux/arm64", "--address", "/s", "reg.io/a:v1"]).unwrap();
         assert!(matches!(c.command, Command::Pull { .. }));
+        assert_eq!(c.address, PathBuf::from("/s"));
+        // ctr's habit: the address before the subcommand.
+        let c = Cli::try_parse_from(["pullgate", "-a", "/t", "grants", "-n", "x"]).unwrap();
+        assert_eq!(c.address, PathBuf::from("/t"));
         for args in [
             vec!["pullgate", "verify", "reg.io/a"],
             vec!["pullgate", "check", "-n", "x", "--principal", "p", "reg.io/a"],

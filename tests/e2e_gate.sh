@@ -284,6 +284,17 @@ DOWN=127.0.0.1:$(free_port)/private/app:v1
 check_err "registry down" "unavailable" pg verify -n C6 --plain-http --user "alice:$PW_ALICE" "$DOWN"
 "$PG_BIN" verify --address "$PG/api.sock" -n C6 --plain-http "$DOWN" >/dev/null 2>&1; check "its exit code is 5 (unavailable)" test $? -eq 5
 check_err "a malformed reference" "invalid image reference" pg verify -n C6 "not a reference"
+# ctr's conventions: the address before or after the subcommand or from PULLGATE_ADDRESS, the
+# namespace from CONTAINERD_NAMESPACE, --version; a malformed reference is a usage error (exit 2)
+# even when the daemon is not there.
+check_out "pullgate -a SOCK grants (address before the subcommand)" "$ORIGIN_h" "$PG_BIN" -a "$PG/api.sock" grants -n A
+check_out "PULLGATE_ADDRESS=SOCK pullgate grants" "$ORIGIN_h" env PULLGATE_ADDRESS="$PG/api.sock" "$PG_BIN" grants -n A
+check_out "CONTAINERD_NAMESPACE=A pullgate grants lists A's grants" "$ORIGIN_h" env CONTAINERD_NAMESPACE=A "$PG_BIN" grants --address "$PG/api.sock"
+check "and -n wins over CONTAINERD_NAMESPACE" bash -c "! CONTAINERD_NAMESPACE=A '$PG_BIN' grants --address '$PG/api.sock' -n nobody-here | grep -qF '$ORIGIN_h'"
+check_out "pullgate --version" "pullgate $(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)" "$PG_BIN" --version
+"$PG_BIN" pull --address "$WORK/no-daemon.sock" -n C6 "not a reference" >/dev/null 2>&1
+check "a malformed reference with no daemon to ask: exit 2, not 5" test $? -eq 2
+check_err "and says why" "invalid image reference" "$PG_BIN" verify --address "$WORK/no-daemon.sock" "UPPER/case:v1"
 for bad_ns in "a/b" "$(printf 'tab\there')" ""; do
   check_err "namespace ${bad_ns@Q} is refused" "invalid namespace" pg verify -n "$bad_ns" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
 done
