@@ -319,7 +319,9 @@ impl Front {
             }
             for config in self.configs_for_platform(&target, &read).await? {
                 if config != image.id {
-                    return Err(undecidable(&format!("its name {name} now names another image ({config}); retry")));
+                    // Other names of the image may be other tenants' repositories: logged only.
+                    tracing::warn!(image = %shown, %name, now = %config, id = %image.id, "CRI CreateContainer: a name of the image now names another image");
+                    return Err(undecidable("one of its names now names another image; retry"));
                 }
             }
         }
