@@ -326,12 +326,11 @@ impl Snapshotter {
         self.admissions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Offers an admission (see [`Admission`]) until the guard is dropped. Two pods admitted
-    /// for the same chain at the same moment may consume each other's admission: both were
-    /// decided by the front for that chain, so either Prepare is one the front allowed; the
-    /// front then sees (`AdmissionGuard::consumer`) that its container did not consume its own
-    /// admission and undoes the creation, as it does when containerd prepared the container on
-    /// a chain the front did not decide.
+    /// Offers an admission (see [`Admission`]) until the guard is dropped. The front forwards
+    /// one CreateContainer per chain at a time, so one admission per chain is on offer; should
+    /// another Prepare on that chain take it (or the container's rootfs be prepared on another
+    /// chain), the front sees from `AdmissionGuard::consumer` that its container did not
+    /// consume it, and undoes the creation.
     pub fn admit(self: &std::sync::Arc<Self>, namespace: &str, chain: &str, principal: &str) -> AdmissionGuard {
         let id = self.next_admission.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.admission_lock().push(Admission { id, namespace: namespace.into(), chain: chain.into(), principal: principal.into(), consumed_by: None });
