@@ -44,9 +44,14 @@ pub struct RegistryArgs {
     /// Principal (pod) inside the namespace the grant is for; empty for namespace-wide.
     #[arg(long, default_value = "")]
     pub principal: String,
-    /// Registry credentials, USER[:PASSWORD] (the password is asked for when omitted).
+    /// Registry credentials, USER[:PASSWORD] (the password is asked for on a terminal when
+    /// omitted). Without --user: the credential docker keeps for the registry
+    /// ($DOCKER_CONFIG/config.json or ~/.docker/config.json, credential helpers included).
     #[arg(long, short = 'u')]
     pub user: Option<String>,
+    /// Read the password of --user USER from standard input.
+    #[arg(long, requires = "user")]
+    pub password_stdin: bool,
     /// Talk to the registry over plain http.
     #[arg(long)]
     pub plain_http: bool,
@@ -165,8 +170,28 @@ async fn client(address: &std::path::Path) -> Result<PullgateClient<tonic::trans
     }
 }
 
-fn credentials(user: Option<String>) -> Result<(String, String), i32> {
-    let Some(u) = user else { return Ok((String::new(), String::new())) };
+/// The credential of a pull or verify: `--user` (the password from it, standard input or a
+/// prompt), else what docker keeps for the reference's registry, else none.
+fn credentials(r: &RegistryArgs, reference: &str) -> Result<(String, String), i32> {
+    let usage = |e: String| {
+        eprintln!("pullgate: {e}");
+        EXIT_USAGE
+    };
+    let Some(u) = r.user.clone() else {
+        let host = crate::reference::Reference::parse(reference).map_err(|e| usage(e.to_string()))?.host;
+        return match crate::dockerconfig::lookup(&host).map_err(|e| usage(e.to_string()))? {
+            Some(c) => Ok((c.user.clone(), c.secret.expose().to_string())),
+            None => Ok((String::new(), String::new())),
+        };
+    };
+    if r.password_stdin {
+        if u.contains(':') {
+            return Err(usage("--password-stdin takes the user name alone in --user".into()));
+        }
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map_err(|e| usage(format!("cannot read the password: {e}")))?;
+        return Ok((u, line.trim_end_matches(['\n', '\r']).to_string()));
+    }
     if let Some((user, pw)) = u.split_once(':') {
         return Ok((user.to_string(), pw.to_string()));
     }
@@ -199,7 +224,7 @@ fn request_server(hosts_dir: Option<&std::path::Path>, reference: &str) -> Resul
 
 fn pull_request(t: &Target, r: &RegistryArgs, reference: String) -> Result<proto::PullRequest, i32> {
     let server = request_server(r.hosts_dir.as_deref(), &reference)?;
-    let (user, password) = credentials(r.user.clone())?;
+    let (user, password) = credentials(r, &reference)?;
     Ok(proto::PullRequest {
         reference,
         namespace: t.namespace.clone(),

@@ -16,6 +16,7 @@ pub mod cri;
 pub mod crashpoint;
 pub mod daemon;
 pub mod diffid;
+pub mod dockerconfig;
 pub mod gate;
 pub mod ledger;
 pub mod pull;

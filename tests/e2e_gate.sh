@@ -295,6 +295,45 @@ check_out "pullgate --version" "pullgate $(sed -n 's/^version = "\(.*\)"/\1/p' "
 "$PG_BIN" pull --address "$WORK/no-daemon.sock" -n C6 "not a reference" >/dev/null 2>&1
 check "a malformed reference with no daemon to ask: exit 2, not 5" test $? -eq 2
 check_err "and says why" "invalid image reference" "$PG_BIN" verify --address "$WORK/no-daemon.sock" "UPPER/case:v1"
+
+# Credentials where docker keeps them: config.json auths, credHelpers, credsStore (a helper run as
+# docker runs it), and --password-stdin. Each must act as alice's own --user would (the grant's
+# identity is the same HMAC), and print no secret.
+ident() { pg grants -n "$1" | awk 'NR > 1 {print $5; exit}'; }
+check "DC0: pullgate verify --user alice (the identity to compare with)" pg verify -n DC0 --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+ID_ALICE=$(ident DC0)
+DC=$WORK/docker; mkdir -p "$DC" "$WORK/bin"
+printf '{"auths": {"%s": {"auth": "%s"}}}' "$REG_h" "$(printf 'alice:%s' "$PW_ALICE" | base64 -w0)" > "$DC/config.json"
+out=$(DOCKER_CONFIG=$DC pg verify -n DC1 --plain-http "$HPRIV" 2>&1); rc=$?
+check "DC1: verify with no --user takes alice's credential from \$DOCKER_CONFIG/config.json auths" test $rc -eq 0 -a "$(ident DC1)" = "$ID_ALICE" -a -n "$ID_ALICE"
+check "DC1: and prints no secret" not grep -qF "$PW_ALICE" <<<"$out"
+cat > "$WORK/bin/docker-credential-pgtest" <<SH
+#!/bin/sh
+# A docker credential helper: the server on stdin, JSON on stdout.
+read -r server
+echo "get \$server" >> "$WORK/helper.log"
+[ "\$server" = "$REG_h" ] || { echo "credentials not found in native keychain"; exit 1; }
+printf '{"ServerURL":"%s","Username":"alice","Secret":"%s"}' "\$server" "$PW_ALICE"
+SH
+chmod +x "$WORK/bin/docker-credential-pgtest"
+printf '{"credHelpers": {"%s": "pgtest"}}' "$REG_h" > "$DC/config.json"
+check "DC2: credHelpers: the helper gives alice's credential" bash -c \
+  "PATH='$WORK/bin':\$PATH DOCKER_CONFIG='$DC' '$PG_BIN' verify --address '$PG/api.sock' -n DC2 --plain-http '$HPRIV' && [ \"\$('$PG_BIN' grants --address '$PG/api.sock' -n DC2 | awk 'NR > 1 {print \$5; exit}')\" = '$ID_ALICE' ]"
+check "DC2: the helper was asked for the registry's host, as docker asks" grep -qx "get $REG_h" "$WORK/helper.log"
+printf '{"credsStore": "pgtest", "auths": {"%s": {}}}' "$REG_h" > "$DC/config.json"
+check "DC3: credsStore: the same helper for every registry" bash -c \
+  "PATH='$WORK/bin':\$PATH DOCKER_CONFIG='$DC' '$PG_BIN' verify --address '$PG/api.sock' -n DC3 --plain-http '$HPRIV'"
+printf '{"credHelpers": {"%s": "pgtest"}}' "$REG_h" > "$DC/config.json"
+out=$(PATH="$WORK/bin:$PATH" DOCKER_CONFIG=$DC "$PG_BIN" verify --address "$PG/api.sock" -n DC5 --plain-http "$REG_t/private/app:v1" 2>&1); rc=$?
+check "DC5: a helper without a credential for the registry: anonymous, refused by the registry (exit 3: $out)" test $rc -eq 3
+check_no_grants "DC5: no grant" DC5
+printf '{"auths": {"%s": {"auth": "%s"' "$REG_h" "Leaky-Secret-77" > "$DC/config.json"
+out=$(DOCKER_CONFIG=$DC pg verify -n DC6 --plain-http "$HPRIV" 2>&1); rc=$?
+check "DC6: a broken config.json: exit 2, saying which file, quoting none of it ($out)" bash -c \
+  "[ $rc -eq 2 ] && grep -qF '$DC/config.json' <<<'$out' && ! grep -qF 'Leaky-Secret-77' <<<'$out'"
+check_no_grants "DC6: no grant" DC6
+out=$(printf '%s\n' "$PW_ALICE" | pg verify -n DC4 --plain-http --user alice --password-stdin "$HPRIV" 2>&1); rc=$?
+check "DC4: --user alice --password-stdin" test $rc -eq 0 -a "$(ident DC4)" = "$ID_ALICE"
 for bad_ns in "a/b" "$(printf 'tab\there')" ""; do
   check_err "namespace ${bad_ns@Q} is refused" "invalid namespace" pg verify -n "$bad_ns" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
 done
