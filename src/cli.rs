@@ -160,6 +160,12 @@ fn fail(s: tonic::Status) -> i32 {
     }
 }
 
+/// Reports a usage error (a bad argument, file or configuration); its exit code.
+fn usage(e: impl std::fmt::Display) -> i32 {
+    eprintln!("pullgate: {e}");
+    EXIT_USAGE
+}
+
 async fn client(address: &std::path::Path) -> Result<PullgateClient<tonic::transport::Channel>, i32> {
     match containerd_client::connect(address).await {
         Ok(ch) => Ok(PullgateClient::new(ch)),
@@ -173,51 +179,39 @@ async fn client(address: &std::path::Path) -> Result<PullgateClient<tonic::trans
 /// The credential of a pull or verify: `--user` (the password from it, standard input or a
 /// prompt), else what docker keeps for the reference's registry, else none.
 fn credentials(r: &RegistryArgs, reference: &str) -> Result<(String, String), i32> {
-    let usage = |e: String| {
-        eprintln!("pullgate: {e}");
-        EXIT_USAGE
-    };
     let Some(u) = r.user.clone() else {
-        let host = crate::reference::Reference::parse(reference).map_err(|e| usage(e.to_string()))?.host;
-        return match crate::dockerconfig::lookup(&host).map_err(|e| usage(e.to_string()))? {
+        let host = crate::reference::Reference::parse(reference).map_err(usage)?.host;
+        return match crate::dockerconfig::lookup(&host).map_err(usage)? {
             Some(c) => Ok((c.user.clone(), c.secret.expose().to_string())),
             None => Ok((String::new(), String::new())),
         };
     };
-    if r.password_stdin {
-        if u.contains(':') {
-            return Err(usage("--password-stdin takes the user name alone in --user".into()));
-        }
-        let mut line = String::new();
-        std::io::stdin().read_line(&mut line).map_err(|e| usage(format!("cannot read the password: {e}")))?;
-        return Ok((u, line.trim_end_matches(['\n', '\r']).to_string()));
-    }
-    if let Some((user, pw)) = u.split_once(':') {
-        return Ok((user.to_string(), pw.to_string()));
-    }
-    let pw = if std::io::stdin().is_terminal() {
-        rpassword::prompt_password("Password: ")
-    } else {
+    let read_line = || {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).map(|_| line.trim_end_matches(['\n', '\r']).to_string())
     };
-    pw.map(|p| (u, p)).map_err(|e| {
-        eprintln!("pullgate: cannot read password: {e}");
-        EXIT_USAGE
-    })
+    let pw = if r.password_stdin {
+        if u.contains(':') {
+            return Err(usage("--password-stdin takes the user name alone in --user"));
+        }
+        read_line()
+    } else if let Some((user, pw)) = u.split_once(':') {
+        return Ok((user.to_string(), pw.to_string()));
+    } else if std::io::stdin().is_terminal() {
+        rpassword::prompt_password("Password: ")
+    } else {
+        read_line()
+    };
+    pw.map(|p| (u, p)).map_err(|e| usage(format!("cannot read the password: {e}")))
 }
 
 /// The server a `--hosts-dir` names for the reference's registry, read here, in the caller's
 /// process (the daemon reads no path a request names).
 fn request_server(hosts_dir: Option<&std::path::Path>, reference: &str) -> Result<String, i32> {
     let Some(dir) = hosts_dir else { return Ok(String::new()) };
-    let usage = |e: String| {
-        eprintln!("pullgate: {e}");
-        EXIT_USAGE
-    };
-    let host = crate::reference::Reference::parse(reference).map_err(|e| usage(e.to_string()))?.host;
+    let host = crate::reference::Reference::parse(reference).map_err(usage)?.host;
     let path = dir.join(&host).join("hosts.toml");
-    let Some(text) = crate::registry::hosts::read_hosts_file(&path).map_err(|e| usage(e.to_string()))? else { return Ok(String::new()) };
+    let Some(text) = crate::registry::hosts::read_hosts_file(&path).map_err(usage)? else { return Ok(String::new()) };
     let server = crate::registry::hosts::request_server(&text, &host).map_err(|e| usage(format!("{}: {e}", path.display())))?;
     Ok(server.unwrap_or_default())
 }
@@ -253,10 +247,7 @@ fn report(out: proto::PullResponse) -> i32 {
 /// A reference the command was given, checked here so that a malformed one is a usage error
 /// (exit 2) whether or not the daemon is up.
 fn check_reference(reference: &str) -> Result<(), i32> {
-    crate::reference::Reference::parse(reference).map(|_| ()).map_err(|e| {
-        eprintln!("pullgate: {e}");
-        EXIT_USAGE
-    })
+    crate::reference::Reference::parse(reference).map(|_| ()).map_err(usage)
 }
 
 async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
