@@ -37,6 +37,15 @@ pub struct Target {
     /// containerd namespace.
     #[arg(long = "namespace", short = 'n', env = "CONTAINERD_NAMESPACE", default_value = "default")]
     pub namespace: String,
+    /// Output format: text, or json (one JSON value on standard output; field names are stable).
+    #[arg(long, short = 'o', value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -232,7 +241,18 @@ fn pull_request(t: &Target, r: &RegistryArgs, reference: String) -> Result<proto
     })
 }
 
-fn report(out: proto::PullResponse) -> i32 {
+fn report(out: proto::PullResponse, output: Output) -> i32 {
+    if output == Output::Json {
+        let v = serde_json::json!({
+            "manifest": out.manifest,
+            "identity": out.identity,
+            "downloaded": out.downloaded,
+            "extracted": out.extracted,
+            "adopted": out.adopted,
+        });
+        println!("{v}");
+        return 0;
+    }
     println!("{}", out.manifest);
     eprintln!(
         "identity {}, {} blob(s) downloaded, {} layer(s) extracted, {} adopted",
@@ -277,18 +297,23 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
         Command::Pull { .. } | Command::Verify { .. } => {
             let Some(req) = pull else { return EXIT_FAILURE };
             let out = if matches!(cmd, Command::Verify { .. }) { c.verify(req).await } else { c.pull(req).await };
-            out.map(|r| report(r.into_inner())).unwrap_or_else(fail)
+            let output = match &cmd {
+                Command::Pull { target, .. } | Command::Verify { target, .. } => target.output,
+                _ => Output::Text,
+            };
+            out.map(|r| report(r.into_inner(), output)).unwrap_or_else(fail)
         }
         Command::Check { target, principal, reference } => {
             let req = proto::CheckRequest { reference, namespace: target.namespace, principal };
             match c.check(req).await {
-                Ok(r) if r.get_ref().allowed => {
-                    println!("allowed");
-                    0
-                }
                 Ok(r) => {
-                    println!("denied: {}", r.into_inner().reason);
-                    EXIT_DENIED
+                    let r = r.into_inner();
+                    match (target.output, r.allowed) {
+                        (Output::Json, _) => println!("{}", serde_json::json!({ "allowed": r.allowed, "reason": r.reason })),
+                        (Output::Text, true) => println!("allowed"),
+                        (Output::Text, false) => println!("denied: {}", r.reason),
+                    }
+                    if r.allowed { 0 } else { EXIT_DENIED }
                 }
                 Err(s) => fail(s),
             }
@@ -297,11 +322,24 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
             let ns = if all { String::new() } else { target.namespace };
             match c.grants(proto::GrantsRequest { namespace: ns }).await {
                 Ok(r) => {
+                    let when = |g: &proto::Grant| humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(g.verified_at_unix.max(0) as u64));
+                    if target.output == Output::Json {
+                        let all: Vec<_> = r
+                            .into_inner()
+                            .grants
+                            .iter()
+                            .map(|g| {
+                                serde_json::json!({ "namespace": g.namespace, "principal": g.principal, "origin": g.origin,
+                                    "manifest": g.manifest, "identity": g.identity, "verified_at": when(g).to_string() })
+                            })
+                            .collect();
+                        println!("{}", serde_json::Value::Array(all));
+                        return 0;
+                    }
                     println!("{:<16} {:<16} {:<40} {:<20} {:<20} VERIFIED", "NAMESPACE", "PRINCIPAL", "ORIGIN", "MANIFEST", "IDENTITY");
                     for g in r.into_inner().grants {
-                        let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(g.verified_at_unix.max(0) as u64);
                         let manifest: String = g.manifest.chars().take(19).collect();
-                        let principal = if g.principal.is_empty() { "-".to_string() } else { g.principal };
+                        let principal = if g.principal.is_empty() { "-" } else { g.principal.as_str() };
                         println!(
                             "{:<16} {:<16} {:<40} {:<20} {:<20} {}",
                             g.namespace,
@@ -309,7 +347,7 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
                             g.origin,
                             manifest,
                             g.identity,
-                            humantime::format_rfc3339_seconds(when)
+                            when(&g)
                         );
                     }
                     0
@@ -326,7 +364,11 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
             };
             match c.revoke(req).await {
                 Ok(r) => {
-                    println!("revoked {} grant(s)", r.into_inner().revoked);
+                    let n = r.into_inner().revoked;
+                    match target.output {
+                        Output::Json => println!("{}", serde_json::json!({ "revoked": n })),
+                        Output::Text => println!("revoked {n} grant(s)"),
+                    }
                     0
                 }
                 Err(s) => fail(s),
@@ -395,6 +437,8 @@ mod tests {
             vec!["pullgate", "verify", "reg.io/a"],
             vec!["pullgate", "check", "-n", "x", "--principal", "p", "reg.io/a"],
             vec!["pullgate", "grants", "-n", "x"],
+            vec!["pullgate", "grants", "-n", "x", "-o", "json"],
+            vec!["pullgate", "check", "--output", "json", "reg.io/a"],
             vec!["pullgate", "revoke", "-n", "x", "--principal", "p", "reg.io/a"],
             vec!["pullgate", "revoke", "-n", "x"],
             vec!["pullgate", "inspect", "reg.io/a:v1"],
@@ -402,5 +446,6 @@ mod tests {
         ] {
             Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
         }
+        assert!(Cli::try_parse_from(["pullgate", "grants", "-o", "yaml"]).is_err());
     }
 }

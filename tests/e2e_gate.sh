@@ -334,6 +334,19 @@ check "DC6: a broken config.json: exit 2, saying which file, quoting none of it 
 check_no_grants "DC6: no grant" DC6
 out=$(printf '%s\n' "$PW_ALICE" | pg verify -n DC4 --plain-http --user alice --password-stdin "$HPRIV" 2>&1); rc=$?
 check "DC4: --user alice --password-stdin" test $rc -eq 0 -a "$(ident DC4)" = "$ID_ALICE"
+
+# --output json, parsed by a JSON parser: field names and values.
+json_is() { python3 -c "import json,sys; v=json.loads(sys.stdin.read()); sys.exit(0 if ($1) else 1)"; }
+out=$(pg verify -n DC4 -o json --plain-http --user "alice:$PW_ALICE" "$HPRIV")
+check "JSON: verify -o json gives manifest, identity, downloaded, extracted, adopted" json_is \
+  "v['manifest'].startswith('sha256:') and v['identity'] == '$ID_ALICE' and v['downloaded'] == [] and v['extracted'] == 0 and v['adopted'] == 0" <<<"$out"
+check "JSON: check -o json says allowed" json_is "v == {'allowed': True, 'reason': v['reason']}" <<<"$(pg check -n DC4 -o json "$HPRIV")"
+out=$(pg check -n DC-nobody -o json "$HPRIV"); rc=$?
+check "JSON: check -o json of a refusal: allowed false with the reason, exit 3" bash -c \
+  "[ $rc -eq 3 ] && python3 -c 'import json,sys; v=json.loads(sys.argv[1]); sys.exit(0 if v[\"allowed\"] is False and \"DC-nobody\" in v[\"reason\"] else 1)' '$out'"
+check "JSON: grants -o json lists DC4's grant with its fields" json_is \
+  "len(v) == 1 and v[0]['namespace'] == 'DC4' and v[0]['origin'] == '$ORIGIN_h' and v[0]['identity'] == '$ID_ALICE' and v[0]['verified_at'].endswith('Z') and v[0]['principal'] == ''" <<<"$(pg grants -n DC4 -o json)"
+check "JSON: revoke -o json counts what it removed" json_is "v == {'revoked': 1}" <<<"$(pg revoke -n DC4 -o json)"
 for bad_ns in "a/b" "$(printf 'tab\there')" ""; do
   check_err "namespace ${bad_ns@Q} is refused" "invalid namespace" pg verify -n "$bad_ns" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
 done
