@@ -68,6 +68,27 @@ pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, DaemonError>
     Ok(l)
 }
 
+/// Tells systemd that pullgate serves (`Type=notify`): `READY=1` to `$NOTIFY_SOCKET`, when set
+/// (a path, or `@name` in the abstract namespace). Written by hand: one datagram, as
+/// sd_notify(3) describes it, needs no crate.
+fn notify_ready() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET").filter(|t| !t.is_empty()) else { return };
+    let sent = UnixDatagram::unbound().and_then(|sock| {
+        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str());
+        let addr = match bytes.strip_prefix(b"@") {
+            Some(name) => SocketAddr::from_abstract_name(name)?,
+            None => SocketAddr::from_pathname(Path::new(&target))?,
+        };
+        sock.send_to_addr(b"READY=1", &addr)
+    });
+    match sent {
+        Ok(_) => tracing::debug!("told systemd pullgate is ready"),
+        Err(e) => tracing::warn!(error = %e, "cannot tell systemd pullgate is ready (NOTIFY_SOCKET)"),
+    }
+}
+
 async fn shutdown_signal(tx: tokio::sync::watch::Sender<bool>) {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
@@ -133,11 +154,16 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         .add_service(crate::api::server(crate::api::Api { puller, gate }))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(api_listener), stopped(rx));
     let cri_sock = cfg.cri.enable.then(|| cfg.cri.socket.clone());
+    let cri_listener = match &cri_sock {
+        Some(p) => Some(bind_socket(p)?),
+        None => None,
+    };
+    // Every socket is bound and listening (connections queue until the servers poll them).
+    notify_ready();
     let cri = async {
-        let Some(path) = &cri_sock else { return Ok(()) };
+        let (Some(path), Some(listener)) = (&cri_sock, cri_listener) else { return Ok(()) };
         let upstream = cfg.cri.containerd_address.clone().unwrap_or_else(|| cfg.daemon.containerd_address.clone());
         let (runtime, images) = crate::cri::services(crate::cri::Front::new(upstream.clone(), cri_puller, snap_cri, cfg.cri.principal));
-        let listener = bind_socket(path)?;
         tracing::info!(socket = %path.display(), containerd = %upstream.display(), principal = ?cfg.cri.principal, "CRI front serving");
         tonic::transport::Server::builder()
             .add_service(runtime)

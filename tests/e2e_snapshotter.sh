@@ -75,4 +75,26 @@ check_out "run in namespace e2e2" "hello from pullgate e2e" ctr_ -n e2e2 run --r
 # namespace_of_key cover the prefix alone).
 check "pullgate's log attributes namespace e2e2's snapshot requests to namespace e2e2" grep -q 'namespace=e2e2 ' "$PG/log"
 
+log "containerd $V: systemd readiness (Type=notify)"
+# A listener in systemd's place: it records the first datagram, and whether both of pullgate's
+# sockets existed when it arrived.
+P2=$WORK/pg-notify; pullgate_config "$P2"
+python3 - "$WORK/notify.sock" "$WORK/notify.out" "$P2/snapshotter.sock" "$P2/api.sock" <<'PY' &
+import os, socket, stat, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind(sys.argv[1]); s.settimeout(30)
+try:
+    msg = s.recv(4096).decode()
+except socket.timeout:
+    msg = "nothing"
+ready = all(os.path.exists(p) and stat.S_ISSOCK(os.stat(p).st_mode) for p in sys.argv[3:5])
+open(sys.argv[2], "w").write(f"{msg} sockets={'yes' if ready else 'no'}\n")
+PY
+LISTENER=$!
+wait_for 10 test -S "$WORK/notify.sock"
+NOTIFY_SOCKET=$WORK/notify.sock "$PG_BIN" serve --config "$P2/config.toml" >>"$P2/log" 2>&1 & P2PID=$!; PIDS+=($P2PID)
+wait "$LISTENER"
+check "pullgate sends READY=1 to \$NOTIFY_SOCKET once its sockets listen ($(cat "$WORK/notify.out" 2>/dev/null))" grep -qx 'READY=1 sockets=yes' "$WORK/notify.out"
+kill "$P2PID" 2>/dev/null
+check "the shipped systemd unit is Type=notify" grep -qx 'Type=notify' "$REPO/plugin/pullgate.service"
+
 summary "e2e snapshotter (containerd $V)"
