@@ -163,10 +163,8 @@ impl Front {
     }
 
     /// Calls a unary method of containerd's CRI with a typed message.
-    async fn call<Req: Message + 'static, Resp: Message + Default + 'static>(&self, path: &str, msg: Req) -> Result<Resp, Status> {
-        let mut grpc = self.upstream();
-        self.ready(&mut grpc).await?;
-        let resp = grpc.unary(Request::new(Bytes::from(msg.encode_to_vec())), Self::path(path)?, RawCodec).await?;
+    async fn call<Req: Message, Resp: Message + Default>(&self, path: &str, msg: Req) -> Result<Resp, Status> {
+        let resp = self.forward_unary(path, Default::default(), Bytes::from(msg.encode_to_vec())).await?;
         decode(path, resp.get_ref())
     }
 
@@ -302,7 +300,8 @@ impl Front {
         let Some(image) = st.image.filter(|i| crate::reference::is_digest(&i.id)) else {
             return Err(undecidable("it is not an image on the node (pull it first; restoring from a checkpoint archive is not supported through pullgate)"));
         };
-        let cd = pull::containerd::Containerd::connect(&self.upstream_address, CRI_NAMESPACE).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        // containerd's own API on the connection the front already holds to its socket.
+        let cd = pull::containerd::Containerd::on(self.upstream.clone(), CRI_NAMESPACE);
         let read = |d: &str| {
             let d = d.to_string();
             let cd = &cd;
@@ -311,8 +310,13 @@ impl Front {
         // containerd builds the container from one of the image's names as its record stands
         // then: every name must still be this image (CRI's list of names can lag behind a name
         // re-pointed meanwhile), and none a checkpoint image.
+        let mut seen = std::collections::HashSet::new();
         for name in image.repo_tags.iter().chain(&image.repo_digests).chain(std::iter::once(&image.id)) {
             let Some(t) = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))? else { continue };
+            // The names of one image mostly share their target: each is read and checked once.
+            if !seen.insert(t.digest.clone()) {
+                continue;
+            }
             let target = read(&t.digest).await?;
             if String::from_utf8_lossy(&target).contains(CHECKPOINT_ANNOTATION) {
                 return Err(undecidable("it is a checkpoint image, which containerd restores onto another image; not supported through pullgate"));

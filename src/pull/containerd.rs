@@ -51,7 +51,12 @@ impl Containerd {
             status: e.to_string(),
             code: Code::Unavailable,
         })?;
-        Ok(Containerd { channel, namespace: namespace.to_string(), lease: None })
+        Ok(Containerd::on(channel, namespace))
+    }
+
+    /// A client over an existing channel to containerd (the CRI front's).
+    pub fn on(channel: Channel, namespace: &str) -> Containerd {
+        Containerd { channel, namespace: namespace.to_string(), lease: None }
     }
 
     fn req<T>(&self, msg: T) -> Request<T> {
