@@ -145,6 +145,9 @@ impl Api {
             downloaded: o.downloaded,
             extracted: o.extracted as u32,
             adopted: o.adopted as u32,
+            copied: o.copied,
+            held_until: o.held_until.unwrap_or_default(),
+            warnings: o.warnings,
         }
     }
 

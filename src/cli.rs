@@ -247,20 +247,30 @@ fn report(out: proto::PullResponse, output: Output) -> i32 {
             "manifest": out.manifest,
             "identity": out.identity,
             "downloaded": out.downloaded,
+            "copied": out.copied,
             "extracted": out.extracted,
             "adopted": out.adopted,
+            "held_until": (!out.held_until.is_empty()).then_some(&out.held_until),
+            "warnings": out.warnings,
         });
         println!("{v}");
         return 0;
     }
     println!("{}", out.manifest);
     eprintln!(
-        "identity {}, {} blob(s) downloaded, {} layer(s) extracted, {} adopted",
+        "identity {}, {} blob(s) downloaded, {} copied from the node, {} layer(s) extracted, {} adopted",
         out.identity,
         out.downloaded.len(),
+        out.copied.len(),
         out.extracted,
         out.adopted
     );
+    if !out.held_until.is_empty() {
+        eprintln!("the image's blobs are held in the namespace until {}; after that, only an image record keeps them", out.held_until);
+    }
+    for w in &out.warnings {
+        eprintln!("warning: {w}");
+    }
     0
 }
 

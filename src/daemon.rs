@@ -106,6 +106,31 @@ async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// Logs, once containerd answers (it may start after pullgate), the namespaces labelled
+/// `containerd.io/namespace.shareable=true`: containerd 1.7+ lets every namespace read their
+/// blobs whatever the content sharing policy, and pullgate cannot stop a client from setting
+/// the label. `pullgate pull` and `verify` warn again for their namespace.
+async fn report_shareable(address: std::path::PathBuf) {
+    for _ in 0..60 {
+        let listed = match crate::pull::containerd::Containerd::connect(&address, "").await {
+            Ok(cd) => tokio::time::timeout(std::time::Duration::from_secs(5), cd.shareable_namespaces()).await.ok().and_then(Result::ok),
+            Err(_) => None,
+        };
+        if let Some(list) = listed {
+            for ns in &list {
+                tracing::warn!(namespace = %ns, label = crate::pull::containerd::SHAREABLE_LABEL,
+                    "namespace shares its blobs with every namespace (containerd 1.7+), private images' included");
+            }
+            if list.is_empty() {
+                tracing::info!("no namespace is labelled {}", crate::pull::containerd::SHAREABLE_LABEL);
+            }
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    }
+    tracing::warn!(containerd = %address.display(), "containerd did not answer for 5 minutes: cannot tell which namespaces share their blobs");
+}
+
 pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
     // Everything pullgate creates is root-only unless it sets a mode on purpose (snapshot
     // roots are 0755, as containerd expects).
@@ -160,6 +185,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
     };
     // Every socket is bound and listening (connections queue until the servers poll them).
     notify_ready();
+    tokio::spawn(report_shareable(cfg.daemon.containerd_address.clone()));
     let cri = async {
         let (Some(path), Some(listener)) = (&cri_sock, cri_listener) else { return Ok(()) };
         let upstream = cfg.cri.containerd_address.clone().unwrap_or_else(|| cfg.daemon.containerd_address.clone());

@@ -247,6 +247,12 @@ containerd_config() {
   address = "$c/containerd.sock"
 TOML
   rm "$c/config.toml.tmp"
+  # The fragments set content_sharing_policy = "isolated"; CONTENT_POLICY=shared runs a test
+  # under containerd's default instead.
+  if [ "${CONTENT_POLICY:-isolated}" = shared ]; then
+    sed -i 's#content_sharing_policy = "isolated"#content_sharing_policy = "shared"#' "$c/config.toml"
+  fi
+  grep -q "content_sharing_policy = \"${CONTENT_POLICY:-isolated}\"" "$c/config.toml" || { echo "containerd config: policy ${CONTENT_POLICY:-isolated} not set"; return 1; }
 }
 
 # start_containerd VERSION PG_SOCKET [keep-builtin]: sets CTRD_PID, CTRD_SOCK, CTR (a ctr

@@ -1,7 +1,9 @@
 //! containerd: the calls pullgate makes into containerd's own API on behalf of one namespace
 //! and one lease: content (info, labels, streamed writes, adoption by digest, reads), images,
 //! snapshots through containerd's metadata (so keys, labels and GC are containerd's), and the
-//! diff service that applies a layer to a snapshot's mounts.
+//! diff service that applies a layer to a snapshot's mounts; and, across namespaces, the
+//! namespace list (labels included) and copies of a blob from one namespace's content to
+//! another's (for an isolated content store).
 use containerd_client::services::v1::snapshots as snap;
 use containerd_client::services::v1::{
     content_client::ContentClient, diff_client::DiffClient, images_client::ImagesClient, leases_client::LeasesClient,
@@ -17,8 +19,17 @@ use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
 const NAMESPACE_HEADER: &str = "containerd-namespace";
-/// Label on every lease pullgate creates, so leases left by a killed pullgate can be found.
+/// Label on every working lease pullgate creates, so leases left by a killed pullgate can be
+/// found and deleted.
 pub const LEASE_LABEL: &str = "pullgate.io/lease";
+/// Label on a lease a verify leaves behind on purpose (value: the manifest): it keeps the blobs
+/// the verify placed in the namespace until it expires, for the namespace's next pull or run.
+pub const HOLD_LABEL: &str = "pullgate.io/verified";
+/// How long a verify's blobs are held in the namespace without an image referencing them.
+pub const HOLD_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
+/// containerd 1.7+: a namespace with this label set to "true" shares its blobs with every
+/// namespace, even under `content_sharing_policy = "isolated"`.
+pub const SHAREABLE_LABEL: &str = "containerd.io/namespace.shareable";
 const LEASE_HEADER: &str = "containerd-lease";
 /// Bytes per content Write message.
 const WRITE_CHUNK: usize = 1 << 20;
@@ -71,11 +82,17 @@ impl Containerd {
         r
     }
 
-    /// Creates a lease that protects everything written until it is deleted (or expires).
-    pub async fn begin_lease(&mut self) -> Result<()> {
+    /// Creates a lease that protects everything written until it is deleted (or expires, in
+    /// an hour). With `hold` (a verify's manifest), the lease is one `keep_lease` may leave
+    /// behind: a later pullgate process does not delete it as stale.
+    pub async fn begin_lease(&mut self, hold: Option<&str>) -> Result<()> {
         let id = format!("pullgate-{}", uuid::Uuid::new_v4());
-        let expire = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + std::time::Duration::from_secs(3600)).to_string();
-        let labels = HashMap::from([("containerd.io/gc.expire".to_string(), expire), (LEASE_LABEL.to_string(), "1".to_string())]);
+        let expire = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + HOLD_FOR).to_string();
+        let kind = match hold {
+            Some(manifest) => (HOLD_LABEL.to_string(), manifest.to_string()),
+            None => (LEASE_LABEL.to_string(), "1".to_string()),
+        };
+        let labels = HashMap::from([("containerd.io/gc.expire".to_string(), expire), kind]);
         LeasesClient::new(self.channel.clone())
             .create(self.req(CreateRequest { id: id.clone(), labels }))
             .await
@@ -111,6 +128,22 @@ impl Containerd {
         Ok(())
     }
 
+    /// Leaves the lease in place (it expires by itself); returns its id.
+    pub fn keep_lease(&mut self) -> Option<String> {
+        self.lease.take()
+    }
+
+    /// Deletes the namespace's verify holds for `manifest` other than lease `keep` (a verify
+    /// run again replaces its hold rather than adding one). Failures only leave a hold to expire.
+    pub async fn drop_holds(&self, manifest: &str, keep: &str) {
+        use containerd_client::services::v1::ListRequest;
+        let filter = format!("labels.\"{HOLD_LABEL}\"==\"{manifest}\"");
+        let Ok(list) = LeasesClient::new(self.channel.clone()).list(self.req(ListRequest { filters: vec![filter] })).await else { return };
+        for l in list.into_inner().leases.into_iter().filter(|l| l.id != keep) {
+            let _ = LeasesClient::new(self.channel.clone()).delete(self.req(DeleteRequest { id: l.id, sync: false })).await;
+        }
+    }
+
     pub async fn end_lease(&mut self) {
         if let Some(id) = self.lease.take() {
             let r = LeasesClient::new(self.channel.clone()).delete(self.req(DeleteRequest { id: id.clone(), sync: false })).await;
@@ -120,21 +153,34 @@ impl Containerd {
         }
     }
 
-    /// Deletes the leases a previous pullgate process left behind (it was killed mid-pull), in
-    /// every namespace, so what they held can be collected. Called once, before this process
-    /// creates a lease of its own. Returns how many were deleted.
-    pub async fn delete_stale_leases(address: &Path) -> Result<usize> {
-        use containerd_client::services::v1::{namespaces_client::NamespacesClient, ListNamespacesRequest, ListRequest};
-        let mut c = Containerd::connect(address, "").await?;
-        let namespaces = NamespacesClient::new(c.channel.clone())
+    /// Every namespace of containerd, with its labels.
+    pub async fn namespaces(&self) -> Result<Vec<(String, HashMap<String, String>)>> {
+        use containerd_client::services::v1::{namespaces_client::NamespacesClient, ListNamespacesRequest};
+        let list = NamespacesClient::new(self.channel.clone())
             .list(ListNamespacesRequest { filter: String::new() })
             .await
             .map_err(err("list namespaces"))?
             .into_inner()
             .namespaces;
+        Ok(list.into_iter().map(|n| (n.name, n.labels)).collect())
+    }
+
+    /// The namespaces labelled `containerd.io/namespace.shareable=true`: containerd 1.7+ lets
+    /// every namespace read their blobs, whatever the content sharing policy.
+    pub async fn shareable_namespaces(&self) -> Result<Vec<String>> {
+        Ok(self.namespaces().await?.into_iter().filter(|(_, l)| l.get(SHAREABLE_LABEL).is_some_and(|v| v == "true")).map(|(n, _)| n).collect())
+    }
+
+    /// Deletes the leases a previous pullgate process left behind (it was killed mid-pull), in
+    /// every namespace, so what they held can be collected. Called once, before this process
+    /// creates a lease of its own. Returns how many were deleted. A verify's hold
+    /// (`HOLD_LABEL`) is not stale: it expires by itself.
+    pub async fn delete_stale_leases(address: &Path) -> Result<usize> {
+        use containerd_client::services::v1::ListRequest;
+        let mut c = Containerd::connect(address, "").await?;
         let mut n = 0;
-        for ns in namespaces {
-            c.namespace = ns.name;
+        for (ns, _) in c.namespaces().await? {
+            c.namespace = ns;
             let filter = format!("labels.\"{LEASE_LABEL}\"");
             let leases = LeasesClient::new(c.channel.clone())
                 .list(c.req(ListRequest { filters: vec![filter] }))
@@ -149,6 +195,37 @@ impl Containerd {
             }
         }
         Ok(n)
+    }
+
+    /// For each of `digests` this namespace lacks, another namespace whose content store holds
+    /// it (one List per namespace).
+    pub async fn holders_elsewhere(&self, digests: &[&str]) -> Result<HashMap<String, String>> {
+        let mut out = HashMap::new();
+        for (ns, _) in self.namespaces().await? {
+            if ns == self.namespace || digests.iter().all(|d| out.contains_key(*d)) {
+                continue;
+            }
+            let there = Containerd { channel: self.channel.clone(), namespace: ns.clone(), lease: None };
+            for d in there.present(digests).await? {
+                out.entry(d).or_insert_with(|| ns.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Copies a blob from namespace `from`'s content store into this namespace's (under this
+    /// lease): the bytes are read through containerd and written back with the expected digest
+    /// and size, which containerd checks again on commit; on disk the content store keeps one
+    /// copy. Under `content_sharing_policy = "isolated"` this is the only way a namespace gets
+    /// a blob another namespace holds without downloading it again.
+    pub async fn copy_from(&self, from: &str, digest: &str, size: u64) -> Result<()> {
+        let there = Containerd { channel: self.channel.clone(), namespace: from.to_string(), lease: None };
+        let mut r = there.reader(digest).await?;
+        let mut w = self.writer(digest, size);
+        while let Some(chunk) = r.next_chunk().await? {
+            w.write(&chunk).await?;
+        }
+        w.commit(HashMap::new()).await
     }
 
     /// Whether the namespace's content store has the blob.

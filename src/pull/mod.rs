@@ -80,6 +80,12 @@ pub struct Outcome {
     pub identity: String,
     /// Blobs downloaded from the registry.
     pub downloaded: Vec<String>,
+    /// Blobs copied into the namespace from another namespace's content on the node.
+    pub copied: Vec<String>,
+    /// A verify's hold on the blobs it placed in the namespace ends then (RFC 3339).
+    pub held_until: Option<String>,
+    /// What the operator should know (a shareable namespace).
+    pub warnings: Vec<String>,
     /// Layers unpacked (extracted) by this pull, and adopted from an existing chain.
     pub extracted: usize,
     pub adopted: usize,
@@ -141,7 +147,25 @@ impl Puller {
         let mut cd = Containerd::connect(&self.containerd, &req.namespace).await?;
         let out = self.run_with(req, full, &mut sess, &resolved, &mut cd).await;
         cd.end_lease().await;
-        out
+        let mut out = out?;
+        out.warnings.extend(Self::shareable_warning(&cd, &req.namespace).await);
+        Ok(out)
+    }
+
+    /// A warning when the namespace is labelled shareable: containerd 1.7+ then lets every
+    /// namespace read its blobs, whatever the content sharing policy, and pullgate cannot stop
+    /// a client from setting the label.
+    async fn shareable_warning(cd: &Containerd, namespace: &str) -> Option<String> {
+        match cd.shareable_namespaces().await {
+            Ok(list) if list.iter().any(|n| n == namespace) => Some(format!(
+                "namespace {namespace} is labelled {}=true: containerd 1.7+ lets every namespace read its blobs, this image's included; \
+                 remove the label to keep them to {namespace} (ctr namespaces label {namespace} {}=)",
+                containerd::SHAREABLE_LABEL,
+                containerd::SHAREABLE_LABEL
+            )),
+            Ok(_) => None,
+            Err(e) => Some(format!("cannot tell whether namespace {namespace} shares its blobs: {e}")),
+        }
     }
 
     /// The stages of one pull or verify, in order. Nothing is written before every fact the
@@ -166,6 +190,7 @@ impl Puller {
         let facts = self.facts(&image, &out.manifest)?;
         let mut got = self.gather(&image, &facts, full, sess, resolved, cd).await?;
         out.downloaded = std::mem::take(&mut got.downloaded);
+        out.copied = got.copied.clone();
         crate::crashpoint::hit("pull.fetched");
         let diff_ids = self.check_claims(&image, &facts, &got, cd).await?;
         let public = self.probe_public(&image, &diff_ids, &identity, sess).await;
@@ -175,6 +200,7 @@ impl Puller {
         let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
         self.label(&image, &got, &who, cd).await?;
         if !full {
+            out.held_until = self.hold(&image, &got, &out.manifest, cd).await;
             return Ok(out);
         }
         let target = self.store_image_content(&image, resolved, &diff_ids, &who, req.for_pods, cd).await?;
@@ -200,30 +226,29 @@ impl Puller {
     }
 
     /// Makes sure the origin itself served every blob (downloading what it never served, or on
-    /// the same endpoint asking with an authenticated HEAD), that a pull has the content, and
-    /// that every layer blob pullgate has not paired yet is hashed: while it downloads, or read
-    /// back from containerd's content store when the bytes are already on the node.
+    /// the same endpoint asking with an authenticated HEAD), places in the namespace every blob
+    /// it is now entitled to that the node holds (adopted by digest under a shared content
+    /// store, copied from another namespace's content under an isolated one), fetches what a
+    /// pull still lacks, and hashes every layer blob pullgate has not paired yet: while it
+    /// downloads, or read back from containerd's content store when the bytes are on the node.
     async fn gather(&self, image: &Image, facts: &Facts, full: bool, sess: &mut Session, resolved: &registry::Resolved, cd: &mut Containerd) -> Result<Gathered> {
         let mut got = Gathered::default();
         let needs_hash = |i: usize| i > 0 && facts.paired[i - 1].is_none();
-        // A verify of a manifest whose blobs this origin all served, and pullgate all paired,
-        // touches no content.
-        got.needs_content = full || facts.known.is_none() || facts.served.iter().any(|s| !s) || facts.paired.iter().any(Option::is_none);
         let digests = image.digests();
-        if got.needs_content {
-            cd.begin_lease().await?;
-            // Held first, then looked for: what is found present stays present.
-            let mut held = digests.clone();
-            held.push(&resolved.manifest.digest);
-            held.extend(resolved.index.as_ref().map(|i| i.digest.as_str()));
-            cd.hold_content(&held).await?;
-            got.present = cd.present(&digests).await?;
-        }
+        // A verify's lease may stay behind, holding what it placed for the namespace's next
+        // pull or run.
+        cd.begin_lease((!full).then_some(resolved.manifest.digest.as_str())).await?;
+        // Held first, then looked for: what is found present stays present.
+        let mut held = digests.clone();
+        held.push(&resolved.manifest.digest);
+        held.extend(resolved.index.as_ref().map(|i| i.digest.as_str()));
+        cd.hold_content(&held).await?;
+        got.present = cd.present(&digests).await?;
         let cd = &*cd;
-        // (blob, keep, hash): bytes to fetch from the origin; kept in the content store, or only
-        // compared because containerd already holds them; hashed into a layer ID, or not.
-        let mut fetch: Vec<(Blob, bool, bool)> = Vec::new();
+        let mut jobs: Vec<Job> = Vec::new();
         let mut from_store: Vec<Blob> = Vec::new();
+        // Other namespaces' content, looked up once and only when a blob is missing here.
+        let mut elsewhere: Option<HashMap<String, String>> = None;
         for (i, (b, served_here)) in image.all().zip(facts.served.iter().copied()).enumerate() {
             let in_ns = got.present.contains(&b.digest);
             let need_content = full || (i == 0 && facts.known.is_none());
@@ -232,42 +257,65 @@ impl Puller {
             // authenticated HEAD at this repository stands in for a download.
             let vouched = served_here || (self.same_endpoint_served(&b.digest, sess.endpoint())? && sess.blob_exists(&b.digest).await?);
             if vouched {
-                let here = in_ns || ((need_content || hash) && cd.adopt_content(&b.digest, b.size).await?);
-                if here {
-                    got.present.insert(b.digest.clone());
+                // The namespace is entitled to these bytes: the origin accepted its credential
+                // for a manifest naming them, and served them.
+                if in_ns || cd.adopt_content(&b.digest, b.size).await? {
+                    if !in_ns {
+                        got.present.insert(b.digest.clone());
+                        got.placed.push(b.digest.clone());
+                    }
                     if hash {
                         from_store.push(b.clone());
                     }
-                } else if need_content || hash {
-                    fetch.push((b.clone(), need_content, hash));
+                } else {
+                    if elsewhere.is_none() {
+                        elsewhere = Some(cd.holders_elsewhere(&digests).await?);
+                    }
+                    let fallback = (need_content || hash).then_some((need_content, hash));
+                    match elsewhere.as_ref().and_then(|h| h.get(&b.digest)) {
+                        Some(from) => jobs.push(Job::Copy { blob: b.clone(), from: from.clone(), hash, fallback }),
+                        None => jobs.extend(fallback.map(|(keep, hash)| Job::Fetch { blob: b.clone(), keep, hash })),
+                    }
                 }
             } else if in_ns || cd.adopt_content(&b.digest, b.size).await? {
                 // containerd holds the bytes, but this origin never served them: fetch them from
                 // it and compare, rather than trust a manifest that merely names them.
                 got.present.insert(b.digest.clone());
-                fetch.push((b.clone(), false, hash));
+                jobs.push(Job::Fetch { blob: b.clone(), keep: false, hash });
             } else {
-                fetch.push((b.clone(), true, hash));
+                jobs.push(Job::Fetch { blob: b.clone(), keep: true, hash });
             }
             if !served_here {
                 got.newly_served.push(b.digest.clone());
             }
         }
-        let fetched: Vec<Result<(String, bool, Option<Verified>)>> = futures_util::stream::iter(fetch)
-            .map(|(b, keep, hash)| {
+        let done: Vec<Result<Done>> = futures_util::stream::iter(jobs)
+            .map(|job| {
                 let mut s = sess.clone();
-                async move { Self::fetch(&mut s, cd, &b, keep, hash).await.map(|v| (b.digest, keep, v)) }
+                async move { job.run(&mut s, cd).await }
             })
             .buffer_unordered(FETCH_CONCURRENCY)
             .collect()
             .await;
-        for f in fetched {
-            let (d, keep, v) = f?;
-            if keep {
-                got.present.insert(d.clone());
+        for d in done {
+            match d? {
+                Done::Copied { blob, hash } => {
+                    got.present.insert(blob.digest.clone());
+                    got.placed.push(blob.digest.clone());
+                    got.copied.push(blob.digest.clone());
+                    if hash {
+                        from_store.push(blob);
+                    }
+                }
+                Done::Fetched { digest, keep, verified } => {
+                    if keep {
+                        got.present.insert(digest.clone());
+                    }
+                    got.verified.extend(verified);
+                    got.downloaded.push(digest);
+                }
+                Done::Skipped => {}
             }
-            got.verified.extend(v);
-            got.downloaded.push(d);
         }
         for b in from_store {
             got.verified.push(Self::hash_from_store(cd, &b.digest, b.size).await?);
@@ -350,20 +398,22 @@ impl Puller {
 
     /// Labels in the namespace's content store: where the blobs came from, and for whom.
     async fn label(&self, image: &Image, got: &Gathered, who: &HashMap<String, String>, cd: &Containerd) -> Result<()> {
-        let present = if got.needs_content { got.present.clone() } else { cd.present(&image.digests()).await? };
-        for b in image.all() {
-            if present.contains(&b.digest) {
-                match cd.label_content(&b.digest, who).await {
-                    // A verify holds no lease: containerd's GC may have just taken a blob no
-                    // image referenced. The labels only describe; the grant stands.
-                    Err(e) if !got.needs_content && e.code == tonic::Code::NotFound => {
-                        tracing::debug!(digest = %b.digest, "blob collected before it could be labelled");
-                    }
-                    r => r?,
-                }
-            }
+        for b in image.all().filter(|b| got.present.contains(&b.digest)) {
+            cd.label_content(&b.digest, who).await?;
         }
         Ok(())
+    }
+
+    /// After a verify: the blobs it placed in the namespace stay there, under its lease, until
+    /// the lease expires (an image record of the namespace's next pull or run then holds them),
+    /// and the namespace's earlier holds for the same manifest go. Returns when the hold ends.
+    async fn hold(&self, image: &Image, got: &Gathered, manifest: &str, cd: &mut Containerd) -> Option<String> {
+        if !image.all().any(|b| got.present.contains(&b.digest)) {
+            return None;
+        }
+        let lease = cd.keep_lease()?;
+        cd.drop_holds(manifest, &lease).await;
+        Some(humantime::format_rfc3339_seconds(std::time::SystemTime::now() + containerd::HOLD_FOR).to_string())
     }
 
     /// Manifest (and index) content with containerd's GC references, and the config's
@@ -573,13 +623,51 @@ struct Facts {
 /// What `gather` established.
 #[derive(Default)]
 struct Gathered {
-    needs_content: bool,
     /// Blobs the namespace's content store holds.
     present: std::collections::HashSet<String>,
     /// Blobs this origin served for the first time (downloaded or vouched for by HEAD).
     newly_served: Vec<String>,
     /// Blobs downloaded from the registry.
     downloaded: Vec<String>,
+    /// Blobs the namespace lacked and now holds from the node (adopted or copied), and those of
+    /// them copied from another namespace's content.
+    placed: Vec<String>,
+    copied: Vec<String>,
     /// Layer IDs computed from blobs' bytes in this pull.
     verified: Vec<Verified>,
+}
+
+/// Getting one blob's bytes for a pull or verify.
+enum Job {
+    /// From another namespace's content on the node; if that fails, `fallback` (keep, hash)
+    /// fetches from the origin instead.
+    Copy { blob: Blob, from: String, hash: bool, fallback: Option<(bool, bool)> },
+    /// From the origin: kept in the content store, or only compared; hashed, or not.
+    Fetch { blob: Blob, keep: bool, hash: bool },
+}
+
+enum Done {
+    Copied { blob: Blob, hash: bool },
+    Fetched { digest: String, keep: bool, verified: Option<Verified> },
+    Skipped,
+}
+
+impl Job {
+    async fn run(self, sess: &mut Session, cd: &Containerd) -> Result<Done> {
+        let (blob, keep, hash) = match self {
+            Job::Copy { blob, from, hash, fallback } => match cd.copy_from(&from, &blob.digest, blob.size).await {
+                Ok(()) => return Ok(Done::Copied { blob, hash }),
+                Err(e) => {
+                    tracing::warn!(digest = %blob.digest, from = %from, error = %e, "cannot copy the blob from another namespace on the node");
+                    match fallback {
+                        Some((keep, hash)) => (blob, keep, hash),
+                        None => return Ok(Done::Skipped),
+                    }
+                }
+            },
+            Job::Fetch { blob, keep, hash } => (blob, keep, hash),
+        };
+        let verified = Puller::fetch(sess, cd, &blob, keep, hash).await?;
+        Ok(Done::Fetched { digest: blob.digest, keep, verified })
+    }
 }
