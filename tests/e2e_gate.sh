@@ -229,7 +229,7 @@ check "the token server issued bob a token by POST" grep -q '^POST /token user=b
 check "the registry saw no blob request" not grep -q '/blobs/' <<<"$after"
 du_before=$(du -sb "$PG/root/snapshots" | cut -f1)
 out=$(pg pull -n B5 --plain-http --user "bob:$PW_BOB" "$TPRIV" 2>&1)
-check_out "pullgate pull -n B5 downloads nothing and adopts A's chain" "0 blob(s) downloaded, 0 layer(s) extracted, 5 adopted" echo "$out"
+check_out "pullgate pull -n B5 downloads nothing and adopts A's chain" "0 blob(s) downloaded, 0 copied from the node, 0 layer(s) extracted, 5 adopted" echo "$out"
 check "B5's unpack extracted nothing (no commit in namespace B5)" not grep -q 'commit key=B5/' "$PG/log"
 du_after=$(du -sb "$PG/root/snapshots" | cut -f1)
 check "disk use did not grow by the image's size (~1.3 MB): $du_before -> $du_after bytes" test "$du_after" -le "$((du_before + 131072))"

@@ -309,9 +309,24 @@ check_no_grants() {
 # alone (an empty write), pins it with a gc.root label and, with OUT, reads it into OUT.
 # containerd's GC may collect the unreferenced blob between the ingest and the label (seen
 # under 2.1), so the attacker simply tries again, as a real one would.
+# Under the isolated content store the adoption must fail (a check, counted); the attack then
+# goes on as if the bytes had leaked out of band (leak_blob): NS writes them in full, so every
+# later check still asks whether pullgate refuses an attacker who holds the bytes.
 steal_blob() {
   local ns=$1 d=$2 out=${3:-} try
   [ -f "$WORK/empty" ] || : > "$WORK/empty"   # a regular file: ctr's ingest seeks in its input
+  if [ "${CONTENT_POLICY:-isolated}" = isolated ]; then
+    # (A blob NS already holds, a base layer of its own image say, is not the attack's.)
+    if ! ctr_ -n "$ns" content ls -q 2>/dev/null | grep -qxF "$d"; then
+      ctr_ -n "$ns" content ingest --expected-digest "$d" "steal-$d" <"$WORK/empty" >/dev/null 2>&1
+      if ctr_ -n "$ns" content get "$d" >/dev/null 2>&1; then fail "isolated store: $ns adopted $d by its digest alone"; return 1; fi
+      pass "isolated store: $ns cannot adopt $d by its digest alone"
+      leak_blob "$ns" "$d" || return 1
+    fi
+    ctr_ -n "$ns" content label "$d" containerd.io/gc.root=stolen >/dev/null 2>&1 || return 1
+    [ -z "$out" ] || ctr_ -n "$ns" content get "$d" >"$out" 2>/dev/null
+    return
+  fi
   for try in 1 2 3 4 5; do
     ctr_ -n "$ns" content ingest --expected-digest "$d" "steal-$d" <"$WORK/empty" >/dev/null 2>&1
     ctr_ -n "$ns" content label "$d" containerd.io/gc.root=stolen >/dev/null 2>&1 || continue
@@ -319,6 +334,16 @@ steal_blob() {
     ctr_ -n "$ns" content get "$d" >"$out" 2>/dev/null && return 0
   done
   return 1
+}
+
+# leak_blob NS DIGEST: writes the blob's bytes into NS's content store in full, taken from this
+# run's own copies (an OCI layout the test built, or a registry's storage): the attacker who
+# got the bytes some other way.
+leak_blob() {
+  local ns=$1 d=$2 hex=${2#sha256:} f
+  f=$(find "$WORK" \( -path "*/blobs/sha256/$hex" -o -path "*/blobs/sha256/${hex:0:2}/$hex/data" \) -type f -print -quit 2>/dev/null)
+  [ -n "$f" ] || { echo "leak_blob: no copy of $d under $WORK" >&2; return 1; }
+  ctr_ -n "$ns" content ingest --expected-digest "$d" "leak-$d" <"$f" >/dev/null 2>&1
 }
 
 # chain_of DIFFID...: the chainID of layers with these diffIDs, base first.

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# End-to-end: confidentiality without re-downloads, on a real containerd of the given version
+# configured from plugin/ (content_sharing_policy = "isolated", pullgate the only snapshotter),
+# a token-auth registry (alice, bob and carol may read private/*) and an attacker's registry.
+#   1. tenant A pulls a private image with pullgate and runs it;
+#   2. tenant B, without a grant, cannot read A's blobs by any digest trick: `content get`, an
+#      empty ingest with the expected digest, an attacker's manifest naming A's blobs pulled by
+#      plain ctr and by pullgate, pullgate without or with wrong credentials;
+#   3. B verifies with its own credential: the registry sees the token and manifest requests
+#      only (access log), B's namespace then holds every blob (copied on the node, same bytes),
+#      plain `ctr images pull` and `ctr run` in B download nothing and run the image; the verify
+#      holds what it placed under one expiring lease, replaced by the next verify;
+#   4. C pulls with pullgate and its own credential: zero blob GETs, the image runs;
+#   5. the copy goes through containerd: the content store keeps one file per blob and
+#      pullgate leaves no ingest behind;
+#   6. a namespace labelled containerd.io/namespace.shareable=true is reported, by `pullgate
+#      verify` and at pullgate's start-up.
+# Usage: tests/e2e_isolated.sh VERSION
+source "$(dirname "$0")/lib.sh"
+V=${1:?usage: e2e_isolated.sh 1.6|1.7|2.1}
+trap cleanup EXIT
+CONTENT_POLICY=isolated
+PW_ALICE=alice-Iso-3k9w
+PW_BOB=bob-Iso-8v2p
+PW_CAROL=carol-Iso-5n7r
+PRIVMSG="private isolated app"
+DENIED='pullgate denied namespace'
+
+log "containerd $V (isolated content store): setup"
+python3 "$REPO/tests/mkimage.py" "$WORK/priv" --tag v1 --message "$PRIVMSG" --extra-layers 2 --layer-mb 0.3 --seed 31 >/dev/null
+cat > "$WORK/acl.json" <<JSON
+{"users": {"alice": "$PW_ALICE", "bob": "$PW_BOB", "carol": "$PW_CAROL"},
+ "access": {"alice": ["private/*"], "bob": ["private/*"], "carol": ["private/*"]}, "push": ["alice"]}
+JSON
+start_token_registry t "$WORK/acl.json" || exit 1
+IMG=$REG_t/private/app:v1
+push_image "$WORK/priv" v1 "$IMG" "alice:$PW_ALICE" || fail "push the private image"
+PG=$WORK/pg
+start_pullgate "$PG" || exit 1
+start_containerd "$V" "$PG/snapshotter.sock" || exit 1
+check_containerd_version "$V"
+check "containerd runs with the shipped fragment's content_sharing_policy = \"isolated\"" \
+  grep -q 'content_sharing_policy = "isolated"' "$WORK/containerd/config.toml"
+pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
+run_img() { local ns=$1 id=$2; shift 2; ctr_ -n "$ns" run --rm --snapshotter pullgate "$@" "$id"; }
+MD=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$WORK/priv")
+BLOBS=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]+"/blobs/sha256/"+sys.argv[2].split(":")[1])); print(" ".join([m["config"]["digest"]]+[l["digest"] for l in m["layers"]]))' "$WORK/priv" "$MD")
+NBLOBS=$(wc -w <<<"$BLOBS")
+TOP=$(awk '{print $NF}' <<<"$BLOBS")
+# holds NS: how many of the image's blobs NS's content store lists.
+holds() { local n=0 d all; all=$(ctr_ -n "$1" content ls -q 2>/dev/null); for d in $BLOBS; do grep -qxF "$d" <<<"$all" && n=$((n + 1)); done; echo "$n"; }
+# blob_gets FROM: the registry's blob GETs in its access log after line FROM.
+blob_gets() { tail -n +"$(($1 + 1))" "$WORK/registry-t/log" | grep -c '"GET /v2/[^ ]*/blobs/' ; }
+mark() { wc -l < "$WORK/registry-t/log"; }
+# holds_of NS: the verify holds (leases pullgate left on purpose) in NS, one line each.
+holds_of() { ctr_ -n "$1" leases ls 2>/dev/null | grep 'pullgate.io/verified='; }
+hold_expires() { holds_of "$1" | grep -q 'containerd.io/gc.expire='; }
+# verify_mentions NS WORD CRED: pullgate verify in NS with CRED prints WORD somewhere.
+verify_mentions() { pg verify -n "$1" --plain-http --user "$3" "$IMG" 2>&1 | grep -q "$2"; }
+
+log "1. A pulls the private image with pullgate and runs it"
+check_out "A's pullgate pull" "$MD" pg pull -n A --plain-http --user "alice:$PW_ALICE" "$IMG"
+check "A's namespace holds all $NBLOBS blobs" test "$(holds A)" = "$NBLOBS"
+check_out "A runs it" "$PRIVMSG" run_img A a1 "$IMG"
+
+log "2. B without a grant cannot read A's blobs"
+for d in $BLOBS; do
+  out=$(ctr_ -n B content get "$d" 2>&1); rc=$?
+  if [ $rc -ne 0 ] && grep -q "not found" <<<"$out" && [ ${#out} -lt 400 ]; then pass "B's content get $d: not found"
+  else fail "B's content get $d: rc=$rc, ${#out} bytes: $(head -c 200 <<<"$out")"; fi
+done
+: > "$WORK/empty"
+for d in $BLOBS; do
+  ctr_ -n B content ingest --expected-digest "$d" "steal-$d" <"$WORK/empty" >/dev/null 2>&1
+  check "B's empty ingest of $d with the expected digest adopts nothing (B's content get: not found)" not ctr_ -n B content get "$d"
+done
+check "B's content store lists none of A's blobs" test "$(holds B)" = 0
+# The attacker's registry serves a manifest naming A's config and layers, and no blob.
+_launch_evil() {
+  /usr/bin/python3 "$REPO/tests/evilregistry.py" --port "$PORT_1" --repo evil/app --tag v1 \
+    --manifest "$WORK/priv/blobs/sha256/${MD#sha256:}" --log "$WORK/evil.log" &
+  PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 10 curl -sf "http://127.0.0.1:$PORT_1/v2/"
+}
+launch_on_free_ports 1 _launch_evil || { fail "start the attacker's registry"; exit 1; }
+EVIL=127.0.0.1:$PORT_1/evil/app:v1
+check_refused "B's plain ctr pull of the attacker's manifest fails: B's store lacks A's blobs, the attacker serves none" \
+  "not found" "$PRIVMSG" ctr_ -n B images pull --plain-http --snapshotter pullgate "$EVIL"
+check_err "B's pullgate pull of the attacker's manifest fails (its registry never served the bytes)" "not found" \
+  pg pull -n B --plain-http "$EVIL"
+check_err "B's pullgate verify without credentials fails as the registry says" "credentials" pg verify -n B --plain-http "$IMG"
+check_err "B's pullgate verify with a wrong password fails" "rejected" pg verify -n B --plain-http --user "bob:wrong-Pw-1" "$IMG"
+check "after all of it, B's content store still lists none of A's blobs" test "$(holds B)" = 0
+check_no_grants "and B holds no grant" B
+check_refused "B's ctr run of the image name is refused (no image in B)" "not found" "$PRIVMSG" run_img B b0 "$IMG"
+
+log "3. B verifies with its own credential: no download"
+m=$(mark)
+out=$(pg verify -n B --plain-http --user "bob:$PW_BOB" -o json "$IMG" 2>&1); rc=$?
+check "B's pullgate verify succeeds (rc=$rc)" test $rc -eq 0
+ncopied=$(python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])["copied"]))' "$out" 2>/dev/null || echo "unparsed: $out")
+check "it copied all $NBLOBS blobs from the node (JSON copied: $ncopied)" test "$ncopied" = "$NBLOBS"
+ndown=$(python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])["downloaded"]))' "$out" 2>/dev/null || echo unparsed)
+check "and downloaded none ($ndown)" test "$ndown" = 0
+after=$(tail -n +"$((m + 1))" "$WORK/registry-t/log")
+check "the registry saw the manifest request" grep -q '"[A-Z]* /v2/private/app/manifests/' <<<"$after"
+check "and no blob GET ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
+check "B's namespace now holds all $NBLOBS blobs" test "$(holds B)" = "$NBLOBS"
+got=$(ctr_ -n B content get "$TOP" | sha256sum | cut -d' ' -f1)
+check "and B reads the top layer's exact bytes (sha256 $got)" test "sha256:$got" = "$TOP"
+held=$(holds_of B | wc -l)
+check "the verify holds what it placed under one lease ($held)" test "$held" = 1
+check "that lease expires (containerd.io/gc.expire)" hold_expires B
+check "B's verify again" pg verify -n B --plain-http --user "bob:$PW_BOB" "$IMG"
+held=$(holds_of B | wc -l)
+check "replaces the hold rather than adding one ($held)" test "$held" = 1
+settle_gc B
+check "after containerd's GC, B still holds the blobs (the hold keeps them)" test "$(holds B)" = "$NBLOBS"
+m=$(mark)
+check "B's plain ctr images pull" ctr_ -n B images pull --plain-http --user "bob:$PW_BOB" --snapshotter pullgate "$IMG"
+check "downloads no blob ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
+check_out "B runs the image" "$PRIVMSG" run_img B b1 "$IMG"
+
+log "4. C pulls with pullgate and its own credential: no download"
+m=$(mark)
+out=$(pg pull -n C --plain-http --user "carol:$PW_CAROL" "$IMG" 2>&1); rc=$?
+check "C's pullgate pull succeeds (rc=$rc)" test $rc -eq 0
+check "it says all $NBLOBS blobs were copied from the node and none downloaded" grep -qF "0 blob(s) downloaded, $NBLOBS copied from the node" <<<"$out"
+check "no blob GET at the registry ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
+check "C's namespace holds all $NBLOBS blobs" test "$(holds C)" = "$NBLOBS"
+check_out "C runs the image" "$PRIVMSG" run_img C c1 "$IMG"
+check "C's pull left no verify hold (its image record keeps the blobs)" test "$(holds_of C | wc -l)" = 0
+check_refused "a namespace that never verified (D) still reads nothing" "not found" "" ctr_ -n D content get "$TOP"
+
+log "5. one copy on disk, nothing left half-written"
+croot=$WORK/containerd/root/io.containerd.content.v1.content
+n=$(find "$croot/blobs/sha256" -name "${TOP#sha256:}" | wc -l)
+check "the content store has one file for the top layer ($n)" test "$n" = 1
+# (B's own empty ingests of section 2 stay, as any client's unfinished ingest does.)
+left=$(for ns in A B C E; do ctr_ -n "$ns" content active 2>/dev/null | awk 'NR > 1 && $1 ~ /^pullgate-/ {print $1}'; done)
+check "pullgate left no ingest behind in any namespace (${left:-none})" test -z "$left"
+check "and the listing works (B's own unfinished ingests are listed)" bash -c "$(printf '%q ' "${CTR[@]}") -n B content active | grep -q '^steal-'"
+
+log "6. namespaces labelled shareable are reported"
+ctr_ namespaces create E >/dev/null 2>&1
+ctr_ namespaces label E containerd.io/namespace.shareable=true >/dev/null
+check_out "pullgate verify in E warns that E shares its blobs" "namespace E is labelled containerd.io/namespace.shareable=true" \
+  pg verify -n E --plain-http --user "alice:$PW_ALICE" "$IMG"
+out=$(pg verify -n E --plain-http --user "alice:$PW_ALICE" -o json "$IMG" 2>/dev/null)
+check "and says so in its JSON output" python3 -c 'import json,sys; w=json.loads(sys.argv[1])["warnings"]; assert any("shareable" in x for x in w), w' "$out"
+check "a verify in B succeeds and gives no such warning" verify_mentions B "0 blob(s) downloaded" "bob:$PW_BOB"
+check "(no warning)" not verify_mentions B shareable "bob:$PW_BOB"
+kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
+start_pullgate "$PG" || exit 1
+check "pullgate reports E at start-up" wait_for 20 grep -q 'namespace shares its blobs with every namespace.*namespace=E\|namespace=E.*namespace shares its blobs' "$PG/log"
+reported=$(grep 'namespace shares its blobs' "$PG/log" | grep -o 'namespace=[^ ]*' | sort -u | paste -sd' ')
+check "and names no other namespace ($reported)" test "$reported" = "namespace=E"
+wait_backend
+check_out "A still runs the image" "$PRIVMSG" run_img A a2 "$IMG"
+check "no password in pullgate's log" not grep -qE "$PW_ALICE|$PW_BOB|$PW_CAROL" "$PG/log"
+
+summary "e2e isolated (containerd $V)"
