@@ -219,9 +219,6 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    fn loaded(&self, plugin_type: &str, id: &str) -> Option<&Plugin> {
-        self.plugins.iter().find(|p| p.r#type == plugin_type && p.id == id && p.init_err.is_none())
-    }
     fn present(&self, plugin_type: &str, id: &str) -> Option<&Plugin> {
         self.plugins.iter().find(|p| p.r#type == plugin_type && p.id == id)
     }
@@ -389,20 +386,29 @@ pub fn check_cri(d: Option<&Daemon>, cfg: &ContainerdConfig, cfg_path: &Path) ->
     } else {
         "[plugins.\"io.containerd.grpc.v1.cri\".containerd] snapshotter"
     };
-    // containerd 1.x: io.containerd.grpc.v1 cri; 2.x: io.containerd.cri.v1 images.
-    let loaded = match d {
-        Some(d) => d.loaded("io.containerd.grpc.v1", "cri").is_some() || d.loaded("io.containerd.cri.v1", "images").is_some(),
-        None => true,
-    };
-    let state = if loaded { "" } else { " (CRI is not loaded)" };
-    match cfg.cri_snapshotter.as_deref() {
-        Some(SNAPSHOTTER_NAME) if loaded => ok("cri", format!("CRI unpacks and runs through pullgate ({key} = \"pullgate\")")),
-        Some(SNAPSHOTTER_NAME) => ok("cri", format!("CRI is not loaded; when enabled it goes through pullgate ({key} = \"pullgate\")")),
-        other => {
+    // containerd 1.x: io.containerd.grpc.v1 cri; 2.x: io.containerd.cri.v1 images (and the
+    // grpc.v1 cri server on top). Unknown without containerd's answer: assume it runs.
+    let plugins: Vec<&Plugin> = d.map_or_else(Vec::new, |d| {
+        [("io.containerd.grpc.v1", "cri"), ("io.containerd.cri.v1", "images")].iter().filter_map(|(t, id)| d.present(t, id)).collect()
+    });
+    let failed = plugins.iter().find_map(|p| p.init_err.clone());
+    let absent = d.is_some() && plugins.is_empty();
+    let fix = format!("set {key} = \"pullgate\" {}", restart(cfg_path));
+    match (cfg.cri_snapshotter.as_deref(), failed) {
+        (Some(SNAPSHOTTER_NAME), None) if absent => ok("cri", format!("CRI is not loaded; when enabled it goes through pullgate ({key} = \"pullgate\")")),
+        (Some(SNAPSHOTTER_NAME), None) => ok("cri", format!("CRI unpacks and runs through pullgate ({key} = \"pullgate\")")),
+        (Some(SNAPSHOTTER_NAME), Some(e)) => {
+            problem("cri", format!("CRI is set to pullgate but did not load: {e}"), "read containerd's log (journalctl -u containerd) and fix what it names")
+        }
+        (other, failed) => {
             let what = other.map_or("unset (containerd's default, overlayfs)".to_string(), |s| format!("\"{s}\""));
+            let state = match (&failed, absent) {
+                (Some(e), _) => format!(" (CRI did not load: {e})"),
+                (None, true) => " (CRI is not loaded)".to_string(),
+                (None, false) => String::new(),
+            };
             let message = format!("CRI's snapshotter is {what}: Kubernetes pods would not go through pullgate{state}");
-            let fix = format!("set {key} = \"pullgate\" {}", restart(cfg_path));
-            if loaded { problem("cri", message, fix) } else { warning("cri", message, fix) }
+            if absent { warning("cri", message, fix) } else { problem("cri", message, fix) }
         }
     }
 }
@@ -866,6 +872,12 @@ mod tests {
         let cri = daemon(vec![plugin("io.containerd.grpc.v1", "cri", None), plugin("io.containerd.transfer.v1", "local", None)]);
         assert_eq!(check_cri(Some(&cri), &unset, p).status, Status::Problem);
         assert_eq!(check_cri(Some(&daemon(vec![])), &unset, p).status, Status::Warning, "CRI not loaded");
+        let failed = daemon(vec![plugin("io.containerd.grpc.v1", "cri", Some("no snapshotter overlayfs"))]);
+        let c = check_cri(Some(&failed), &unset, p);
+        assert!(c.status == Status::Problem && c.message.contains("did not load: no snapshotter overlayfs"), "{c:?}");
+        let set = ContainerdConfig::parse(V2).unwrap();
+        assert_eq!(check_cri(Some(&failed), &set, p).status, Status::Problem);
+        assert_eq!(check_cri(Some(&cri), &set, p).status, Status::Ok);
         assert_eq!(statuses(&check_transfer(Some(&cri), &unset, p, "linux/amd64")), vec![Status::Problem]);
         assert_eq!(statuses(&check_transfer(Some(&daemon(vec![])), &unset, p, "linux/amd64")), vec![Status::Ok], "1.6: no transfer service");
         let other = ContainerdConfig::parse(

@@ -25,36 +25,44 @@ pullgate_config "$PG"
 printf '\n[registry]\nhosts_dir = "%s"\n' "$HOSTS" >> "$PG/config.toml"
 start_pullgate "$PG" || exit 1
 
-# sound_config: the shipped fragment (lib.sh's containerd_config) with the isolated policy,
-# whether or not the fragment already sets it.
-sound_config() {
-  containerd_config "$V" "$PG/snapshotter.sock"
+# isolate: content_sharing_policy = "isolated" in $C/config.toml, whether or not the shipped
+# fragment already sets it.
+isolate() {
   if ! grep -q '^ *content_sharing_policy *= *"isolated"' "$C/config.toml"; then
     printf '\n[plugins."io.containerd.metadata.v1.bolt"]\n  content_sharing_policy = "isolated"\n' >> "$C/config.toml"
   fi
 }
 
-# broken_config: built-in snapshotters left on, CRI's snapshotter line removed, the transfer
-# service unpacking into overlayfs, and content_sharing_policy = "shared".
-broken_config() {
-  containerd_config "$V" "$PG/snapshotter.sock" keep-builtin
-  python3 - "$C/config.toml" <<'PY'
+# sound_config: the shipped fragment (lib.sh's containerd_config), isolated.
+sound_config() { containerd_config "$V" "$PG/snapshotter.sock" && isolate; }
+
+# edit_config EDIT...: edits $C/config.toml: no-cri-snapshotter (CRI's snapshotter line
+# removed), transfer-overlayfs (the transfer service unpacks into overlayfs), shared
+# (content_sharing_policy = "shared").
+edit_config() {
+  python3 - "$C/config.toml" "$@" <<'PY'
 import re, sys
-p = sys.argv[1]; lines = open(p).read().splitlines(); out = []; table = ""
-for l in lines:
+p, edits = sys.argv[1], set(sys.argv[2:]); out = []; table = ""
+for l in open(p).read().splitlines():
     m = re.match(r'\s*\[+(.*?)\]+\s*$', l)
     if m: table = m.group(1)
-    if re.match(r'\s*content_sharing_policy\s*=', l): continue
+    if "shared" in edits and re.match(r'\s*content_sharing_policy\s*=', l): continue
     if re.match(r'\s*snapshotter\s*=', l):
-        if table in ('plugins."io.containerd.grpc.v1.cri".containerd', 'plugins."io.containerd.cri.v1.images"'): continue
-        if table == 'plugins."io.containerd.transfer.v1.local".unpack_config': l = l.replace('"pullgate"', '"overlayfs"')
+        if "no-cri-snapshotter" in edits and table in ('plugins."io.containerd.grpc.v1.cri".containerd', 'plugins."io.containerd.cri.v1.images"'): continue
+        if "transfer-overlayfs" in edits and table == 'plugins."io.containerd.transfer.v1.local".unpack_config': l = l.replace('"pullgate"', '"overlayfs"')
     out.append(l)
-    if table == 'plugins."io.containerd.metadata.v1.bolt"' and m: out.append('  content_sharing_policy = "shared"')
+    if "shared" in edits and m and table == 'plugins."io.containerd.metadata.v1.bolt"': out.append('  content_sharing_policy = "shared"')
 text = "\n".join(out) + "\n"
-if 'content_sharing_policy = "shared"' not in text:
+if "shared" in edits and 'content_sharing_policy = "shared"' not in text:
     text += '\n[plugins."io.containerd.metadata.v1.bolt"]\n  content_sharing_policy = "shared"\n'
 open(p, "w").write(text)
 PY
+}
+
+# broken_config: built-in snapshotters left on, CRI's snapshotter line removed, the transfer
+# service unpacking into overlayfs, and content_sharing_policy = "shared".
+broken_config() {
+  containerd_config "$V" "$PG/snapshotter.sock" keep-builtin && edit_config no-cri-snapshotter transfer-overlayfs shared
 }
 
 restart_containerd() {
@@ -179,6 +187,22 @@ assert len(o) == 1 and o[0]["status"] == "problem" and "disabled_plugins" in o[0
 s = [c for c in d["checks"] if c["name"] == "sharing"]
 assert len(s) == 1 and s[0]["status"] == "warning", s
 PY
+
+log "containerd $V: CRI enabled (tests/cri_lib.sh's config: the shipped fragment, CRI on)"
+source "$REPO/tests/cri_lib.sh"
+containerd_cri_config "$V" "$PG/snapshotter.sock" "$REG_pub/pause:none" "$WORK/cri-hosts" && isolate
+restart_containerd || exit 1
+ctr_ namespaces create k8s.io 2>/dev/null   # CRI's namespace (created by its first pod otherwise)
+doctor
+rc_is 0 "CRI through pullgate"
+line "CRI's snapshotter is pullgate, CRI loaded" '^ok +cri +CRI unpacks and runs through pullgate'
+no_line "k8s.io follows CRI's setting" '^warning +namespaces .*k8s\.io'
+edit_config no-cri-snapshotter
+restart_containerd || exit 1
+doctor
+rc_is 1 "CRI without a snapshotter setting"
+line "CRI's snapshotter unset is a problem where CRI runs (or fails to load)" "^problem +cri +CRI's snapshotter is unset \(containerd's default, overlayfs\): Kubernetes pods would not go through pullgate.*fix: set \[plugins"
+line "k8s.io no longer exempt" '^warning +namespaces +namespaces without .*k8s\.io'
 
 log "containerd $V: pullgate stopped, containerd unreachable, no config"
 sound_config
