@@ -353,6 +353,7 @@ pub fn check_bypass(d: &Daemon, cfg: Option<&ContainerdConfig>, cfg_path: &Path)
     if out.is_empty() {
         out.push(ok("bypass", "no snapshotter other than pullgate is loaded"));
     }
+    out.sort_by_key(|c| std::cmp::Reverse(c.status));
     out
 }
 
@@ -756,7 +757,7 @@ pub fn render_text(checks: &[Check]) -> String {
         s.push('\n');
     }
     let [o, w, p] = counts(checks);
-    let _ = writeln!(s, "\n{o} ok, {w} warning(s), {p} problem(s){}", if p > 0 { ": pullgate can be walked around or is not serving" } else { "" });
+    let _ = writeln!(s, "\n{o} ok, {w} warning(s), {p} problem(s){}", if p > 0 { "; fix the problems and run pullgate doctor again" } else { "" });
     s
 }
 
