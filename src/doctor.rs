@@ -548,6 +548,11 @@ pub fn check_config_matches(cfg: &ContainerdConfig, cfg_path: &Path, address: &P
 fn check_mode(path: &Path, forbidden: u32, missing_ok: bool) -> Result<Option<String>, Check> {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && missing_ok => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(warning(
+            "permissions",
+            format!("{} does not exist (has pullgate started with this config?)", path.display()),
+            "start pullgate, or pass its config with --config",
+        )),
         Err(e) => Err(warning("permissions", format!("cannot inspect {}: {e}", path.display()), "run pullgate doctor as root")),
         Ok(m) => {
             let mode = m.mode() & 0o7777;
@@ -930,6 +935,9 @@ mod tests {
         std::fs::set_permissions(root.join("identity.key"), std::fs::Permissions::from_mode(0o644)).unwrap();
         let c = check_permissions(&cfg);
         assert!(c.len() == 1 && c[0].status == Status::Problem && c[0].message.contains("identity.key is 0644"), "{c:?}");
+        std::fs::remove_file(root.join("metadata.redb")).unwrap();
+        let c = check_permissions(&cfg);
+        assert!(c.len() == 2 && c[1].status == Status::Warning && c[1].message.contains("metadata.redb does not exist"), "{c:?}");
     }
 
     #[test]
