@@ -8,6 +8,9 @@
 #      image and tries `ctr run`: pullgate refuses, and says why and what fixes it;
 #   3. B proves its own access with `pullgate verify` (one manifest round-trip, no download),
 #      `pullgate pull` adopts A's already-unpacked layers, and B runs the image.
+#   4. `pullgate doctor` checks the node: pullgate registered and serving, no snapshotter
+#      around it, CRI and the transfer service, content sharing, namespace labels, permissions
+#      and the ledger; then again after tenant A's namespace is labelled to default to pullgate.
 # Everything runs under a temporary directory and is stopped at the end.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,3 +59,13 @@ show pg pull -n B --plain-http --user bob:bob-password "$IMG"
 show ctr_ -n B run --rm --snapshotter pullgate "$IMG" b2
 show pg grants --all
 echo; echo "pullgate's log (last lines):"; tail -n 4 "$PG/log" | sed 's/^/    /'
+
+echo; echo "### 4. pullgate doctor checks the node (ok / warning / problem, each with its fix; exit 1 on a problem)"
+doctor() {
+  printf '\n$ pullgate doctor --config $WORK/pullgate/config.toml --containerd-config $WORK/containerd/config.toml\n'
+  "$PG_BIN" doctor --config "$PG/config.toml" --containerd-config "$WORK/containerd/config.toml" | sed "s#$WORK#\$WORK#g"
+  echo "(exit code ${PIPESTATUS[0]})"
+}
+doctor
+show ctr_ namespaces label A containerd.io/defaults/snapshotter=pullgate
+doctor

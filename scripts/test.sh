@@ -9,7 +9,8 @@
 #      (registries with htpasswd and token auth, an attacker's registry, both attacks,
 #      hostile registries, bad input, concurrency, secrets), and attacks on the trust model
 #      and Kubernetes through pullgate's CRI front (containerd's real CRI plugin, driven as
-#      kubelet drives it by the test CRI client in examples/cri.rs)
+#      kubelet drives it by the test CRI client in examples/cri.rs), and `pullgate doctor`
+#      against sound and wrongly configured containerds
 #   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
 #      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
 set -euo pipefail
@@ -52,6 +53,8 @@ for v in 1.6 1.7 2.1; do
   bash tests/e2e_trust.sh "$v" || failed+=("e2e trust containerd $v")
   step "end to end: Kubernetes through the CRI front under containerd $v"
   bash tests/e2e_cri.sh "$v" || failed+=("e2e cri containerd $v")
+  step "end to end: pullgate doctor against sound and broken containerd configs, version $v"
+  bash tests/e2e_doctor.sh "$v" || failed+=("e2e doctor containerd $v")
 done
 
 for v in 1.6 2.1; do

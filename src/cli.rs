@@ -1,7 +1,7 @@
 //! cli: the command line (clap structs only; their `///` docs are the `--help` text) and the
 //! dispatch from a subcommand to one call (the daemon, or one RPC on pullgate's API), with
-//! exit codes. Contract (DESIGN.md): serve, pull, verify, check, grants, revoke, inspect;
-//! every client command takes `--address` and `-n` (default `default`), as ctr does.
+//! exit codes. Contract (DESIGN.md): serve, pull, verify, check, grants, revoke, inspect,
+//! doctor; every client command takes `--address` and `-n` (default `default`), as ctr does.
 use crate::api::proto::{self, pullgate_client::PullgateClient};
 use crate::config::Config;
 use clap::{Args, Parser, Subcommand};
@@ -19,6 +19,8 @@ pub const EXIT_DENIED: i32 = 3;
 pub const EXIT_NOT_FOUND: i32 = 4;
 /// Exit code when the registry, containerd or pullgate is unreachable.
 pub const EXIT_UNAVAILABLE: i32 = 5;
+/// pullgate's API socket when `--address` is not given.
+const DEFAULT_API_ADDRESS: &str = "/run/pullgate/api.sock";
 
 /// pullgate: a containerd snapshotter that refuses to unpack or run a cached private image
 /// for a namespace or pod that has not itself authenticated to the registry for it.
@@ -26,7 +28,7 @@ pub const EXIT_UNAVAILABLE: i32 = 5;
 #[command(name = "pullgate", version)]
 pub struct Cli {
     /// pullgate's API socket (before or after the subcommand, as with ctr).
-    #[arg(long, short = 'a', global = true, env = "PULLGATE_ADDRESS", default_value = "/run/pullgate/api.sock")]
+    #[arg(long, short = 'a', global = true, env = "PULLGATE_ADDRESS", default_value = DEFAULT_API_ADDRESS)]
     pub address: PathBuf,
     #[command(subcommand)]
     pub command: Command,
@@ -127,6 +129,50 @@ pub enum Command {
     },
     /// Show what pullgate recorded about an image reference or a digest.
     Inspect { target: String },
+    /// Check this node: pullgate registered in containerd and serving, no other snapshotter
+    /// loaded, CRI and the transfer service unpacking into pullgate, the content sharing
+    /// policy, namespace labels, permissions of pullgate's sockets and files, its ledger.
+    /// Prints ok / warning / problem per check with the fix; exit 1 when a problem is found.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// pullgate's configuration file (its root, sockets and containerd address; the defaults
+    /// are checked when it does not exist). `--address`, when given, names the API socket.
+    #[arg(long, short = 'c', default_value = "/etc/pullgate/config.toml")]
+    pub config: PathBuf,
+    /// containerd's configuration file.
+    #[arg(long, default_value = "/etc/containerd/config.toml")]
+    pub containerd_config: PathBuf,
+    /// containerd's socket (default: `[daemon] containerd_address` of pullgate's config,
+    /// /run/containerd/containerd.sock).
+    #[arg(long)]
+    pub containerd_address: Option<PathBuf>,
+    /// Also try each registry of pullgate's `[registry] hosts_dir` (GET /v2/).
+    #[arg(long)]
+    pub registries: bool,
+    /// Output format: text, or json (`{"checks": [{"name", "status", "message", "fix"}], "ok", "warnings", "problems"}`).
+    #[arg(long, short = 'o', value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+/// Runs `pullgate doctor`; its exit code (`doctor::EXIT_PROBLEM` when a check found a problem).
+async fn doctor(address: &std::path::Path, a: DoctorArgs) -> i32 {
+    let opts = crate::doctor::Options {
+        pullgate_config: a.config,
+        // The API socket named on the command line (or PULLGATE_ADDRESS), else the config's.
+        api_address: (address != std::path::Path::new(DEFAULT_API_ADDRESS)).then(|| address.to_path_buf()),
+        containerd_address: a.containerd_address,
+        containerd_config: a.containerd_config,
+        registries: a.registries,
+    };
+    let checks = crate::doctor::run(&opts).await;
+    match a.output {
+        Output::Json => println!("{}", crate::doctor::render_json(&checks)),
+        Output::Text => print!("{}", crate::doctor::render_text(&checks)),
+    }
+    crate::doctor::exit_code(&checks)
 }
 
 /// A bare level ("debug") applies to pullgate's own events; the libraries underneath (h2,
@@ -303,7 +349,7 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
         Err(code) => return code,
     };
     match cmd {
-        Command::Serve { .. } => EXIT_USAGE,
+        Command::Serve { .. } | Command::Doctor(_) => EXIT_USAGE,
         Command::Pull { .. } | Command::Verify { .. } => {
             let Some(req) = pull else { return EXIT_FAILURE };
             let out = if matches!(cmd, Command::Verify { .. }) { c.verify(req).await } else { c.pull(req).await };
@@ -421,6 +467,7 @@ pub fn run(cli: Cli) -> i32 {
                 }
             }
         }
+        Command::Doctor(a) => rt.block_on(doctor(&cli.address, a)),
         other => rt.block_on(run_client(&cli.address, other)),
     }
 }
@@ -453,6 +500,8 @@ mod tests {
             vec!["pullgate", "revoke", "-n", "x"],
             vec!["pullgate", "inspect", "reg.io/a:v1"],
             vec!["pullgate", "serve", "--config", "/etc/x.toml"],
+            vec!["pullgate", "doctor"],
+            vec!["pullgate", "-a", "/a.sock", "doctor", "--config", "/p.toml", "--containerd-config", "/c.toml", "--containerd-address", "/c.sock", "--registries", "-o", "json"],
         ] {
             Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
         }

@@ -258,9 +258,16 @@ TOML
 # start_containerd VERSION PG_SOCKET [keep-builtin]: sets CTRD_PID, CTRD_SOCK, CTR (a ctr
 # command array).
 start_containerd() {
+  containerd_bindir "$1" >/dev/null || return 1
+  mkdir -p "$WORK/containerd"
+  containerd_config "$1" "$2" "${3:-}" && launch_containerd "$1"
+}
+
+# launch_containerd VERSION: starts containerd from the config already in
+# $WORK/containerd/config.toml (containerd_config's, perhaps edited); sets what start_containerd sets.
+launch_containerd() {
   local v=$1 bin; bin=$(containerd_bindir "$v") || return 1
   local c=$WORK/containerd; mkdir -p "$c"
-  containerd_config "$v" "$2" "${3:-}"
   PATH="$bin:$PATH" "$bin/containerd" --config "$c/config.toml" >>"$c/log" 2>&1 &
   CTRD_PID=$!; PIDS+=($CTRD_PID)
   CTRD_SOCK=$c/containerd.sock

@@ -97,6 +97,24 @@ pub fn sha256_digest(b: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(b)))
 }
 
+/// The HTTP client for one registry endpoint: its TLS settings, no redirects followed
+/// (`Session` follows them itself), `timeout` for a connection (at most 5 s) and for the next
+/// bytes of an answer (default 30 s).
+pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<reqwest::Client> {
+    let mut b = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(timeout.unwrap_or(Duration::from_secs(5)).min(Duration::from_secs(5)))
+        .read_timeout(timeout.unwrap_or(Duration::from_secs(30)))
+        .user_agent(concat!("pullgate/", env!("CARGO_PKG_VERSION")))
+        .danger_accept_invalid_certs(ep.skip_verify);
+    for ca in &ep.ca {
+        let pem = std::fs::read(ca).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
+        let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
+        b = b.add_root_certificate(cert);
+    }
+    b.build().map_err(|e| RegistryError::Config(e.to_string()))
+}
+
 /// One authenticated conversation with one repository of one registry. Clones share the
 /// HTTP client and the authorization obtained so far (for concurrent blob downloads).
 #[derive(Clone)]
@@ -128,18 +146,7 @@ pub struct Options<'a> {
 impl Session {
     pub fn new(r: &Reference, cred: Option<Credential>, opts: &Options) -> Result<Session> {
         let ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http, opts.server).map_err(|e| RegistryError::Config(e.to_string()))?;
-        let mut b = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(opts.timeout.unwrap_or(Duration::from_secs(5)).min(Duration::from_secs(5)))
-            .read_timeout(opts.timeout.unwrap_or(Duration::from_secs(30)))
-            .user_agent(concat!("pullgate/", env!("CARGO_PKG_VERSION")))
-            .danger_accept_invalid_certs(ep.skip_verify);
-        for ca in &ep.ca {
-            let pem = std::fs::read(ca).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
-            let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
-            b = b.add_root_certificate(cert);
-        }
-        let http = b.build().map_err(|e| RegistryError::Config(e.to_string()))?;
+        let http = http_client(&ep, opts.timeout)?;
         let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
         Ok(Session { http, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false, total })
     }

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# End-to-end: `pullgate doctor` against a real containerd of the given version (1.6, 1.7 or
+# 2.1) and a real pullgate: first configured soundly (the shipped fragment from plugin/, plus
+# content_sharing_policy = "isolated"), then wrongly (built-in snapshotters loaded, no CRI
+# snapshotter, the transfer service unpacking into overlayfs, shared content), with labelled
+# namespaces, wrong permissions, pullgate stopped and containerd unreachable. Each finding is
+# asserted by its line (status, check name, what it says), and the JSON output is parsed.
+# Usage: tests/e2e_doctor.sh VERSION
+source "$(dirname "$0")/lib.sh"
+V=${1:?usage: e2e_doctor.sh 1.6|1.7|2.1}
+trap cleanup EXIT
+C=$WORK/containerd; mkdir -p "$C"
+
+log "containerd $V: setup"
+python3 "$REPO/tests/mkimage.py" "$WORK/img" --tag v1 --message "hello from doctor e2e" >/dev/null
+start_registry pub || exit 1
+IMG=$REG_pub/public/app:v1
+push_image "$WORK/img" v1 "$IMG" || { fail "push test image"; exit 1; }
+# The operator's hosts directory: the registry, and one that nothing answers for (--registries).
+HOSTS=$WORK/hosts.d
+DEAD=127.0.0.1:$(free_port)
+for h in "$REG_pub" "$DEAD"; do mkdir -p "$HOSTS/$h"; printf 'server = "http://%s"\n' "$h" > "$HOSTS/$h/hosts.toml"; done
+PG=$WORK/pullgate
+pullgate_config "$PG"
+printf '\n[registry]\nhosts_dir = "%s"\n' "$HOSTS" >> "$PG/config.toml"
+start_pullgate "$PG" || exit 1
+
+# isolate: content_sharing_policy = "isolated" in $C/config.toml, whether or not the shipped
+# fragment already sets it.
+isolate() {
+  if ! grep -q '^ *content_sharing_policy *= *"isolated"' "$C/config.toml"; then
+    printf '\n[plugins."io.containerd.metadata.v1.bolt"]\n  content_sharing_policy = "isolated"\n' >> "$C/config.toml"
+  fi
+}
+
+# sound_config: the shipped fragment (lib.sh's containerd_config), isolated.
+sound_config() { containerd_config "$V" "$PG/snapshotter.sock" && isolate; }
+
+# edit_config EDIT...: edits $C/config.toml: no-cri-snapshotter (CRI's snapshotter line
+# removed), transfer-overlayfs (the transfer service unpacks into overlayfs), shared
+# (content_sharing_policy = "shared").
+edit_config() {
+  python3 - "$C/config.toml" "$@" <<'PY'
+import re, sys
+p, edits = sys.argv[1], set(sys.argv[2:]); out = []; table = ""
+for l in open(p).read().splitlines():
+    m = re.match(r'\s*\[+(.*?)\]+\s*$', l)
+    if m: table = m.group(1)
+    if "shared" in edits and re.match(r'\s*content_sharing_policy\s*=', l): continue
+    if re.match(r'\s*snapshotter\s*=', l):
+        if "no-cri-snapshotter" in edits and table in ('plugins."io.containerd.grpc.v1.cri".containerd', 'plugins."io.containerd.cri.v1.images"'): continue
+        if "transfer-overlayfs" in edits and table == 'plugins."io.containerd.transfer.v1.local".unpack_config': l = l.replace('"pullgate"', '"overlayfs"')
+    out.append(l)
+    if "shared" in edits and m and table == 'plugins."io.containerd.metadata.v1.bolt"': out.append('  content_sharing_policy = "shared"')
+text = "\n".join(out) + "\n"
+if "shared" in edits and 'content_sharing_policy = "shared"' not in text:
+    text += '\n[plugins."io.containerd.metadata.v1.bolt"]\n  content_sharing_policy = "shared"\n'
+open(p, "w").write(text)
+PY
+}
+
+# broken_config: built-in snapshotters left on, CRI's snapshotter line removed, the transfer
+# service unpacking into overlayfs, and content_sharing_policy = "shared".
+broken_config() {
+  containerd_config "$V" "$PG/snapshotter.sock" keep-builtin && edit_config no-cri-snapshotter transfer-overlayfs shared
+}
+
+restart_containerd() {
+  kill "$CTRD_PID" 2>/dev/null; wait "$CTRD_PID" 2>/dev/null
+  launch_containerd "$V"
+}
+
+# doctor ARGS...: runs `pullgate doctor` on this run's pullgate and containerd (its config:
+# $CCFG when set); sets OUT and RC.
+doctor() {
+  OUT=$("$PG_BIN" doctor --config "$PG/config.toml" --containerd-config "${CCFG:-$C/config.toml}" "$@" 2>&1); RC=$?
+}
+# line DESC ERE: a line of the last doctor output matches ERE.
+line() { if grep -qE -- "$2" <<<"$OUT"; then pass "$1"; else fail "$1 (want /$2/ in:
+$OUT)"; fi; }
+# no_line DESC ERE: no line of the last doctor output matches ERE.
+no_line() { if grep -qE -- "$2" <<<"$OUT"; then fail "$1 (found /$2/ in:
+$OUT)"; else pass "$1"; fi; }
+rc_is() { if [ "$RC" -eq "$1" ]; then pass "doctor exits $1 ($2)"; else fail "doctor exits $RC, want $1 ($2):
+$OUT"; fi; }
+
+log "containerd $V: sound config (the shipped fragment, isolated content)"
+sound_config
+launch_containerd "$V" || exit 1
+check_containerd_version "$V"
+ctr_ namespaces create team-a containerd.io/defaults/snapshotter=pullgate
+check "pullgate pull into team-a (one grant)" "$PG_BIN" pull --address "$PG/api.sock" -n team-a --plain-http "$IMG"
+doctor
+printf '%s\n' "$OUT" | sed "s#$WORK#\$WORK#g" > "$WORK/sound.txt"
+rc_is 0 "sound config"
+no_line "no problem reported" '^problem'
+line "containerd answers" "^ok +containerd +containerd v?$V\.[^ ]+ answers at $C/containerd.sock"
+line "pullgate registered at its socket" "^ok +snapshotter +pullgate is registered in containerd .*$PG/snapshotter.sock"
+line "no other snapshotter loaded" '^ok +bypass +no snapshotter other than pullgate is loaded'
+no_line "no bypass warning" '^(warning|problem) +bypass'
+line "CRI's snapshotter is pullgate (CRI itself disabled here)" '^ok +cri +CRI is not loaded; when enabled it goes through pullgate'
+case $V in
+  1.6) line "no transfer service on 1.6" '^ok +transfer +containerd [^ ]+ has no transfer service' ;;
+  *) line "the transfer service unpacks into pullgate" '^ok +transfer +the transfer service unpacks linux/[a-z0-9]+ into pullgate' ;;
+esac
+line "content sharing isolated" '^ok +sharing +content_sharing_policy = "isolated"'
+line "team-a defaults to pullgate" '^ok +namespaces +namespaces that default to pullgate: team-a$'
+line "pullgate serving from its metadata" "^ok +serving +pullgate answers on $PG/snapshotter.sock"
+grants=$("$PG_BIN" grants --address "$PG/api.sock" --all -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+line "the ledger reads, with the grants grants --all lists ($grants)" "^ok +ledger +pullgate's API answers at $PG/api.sock and its ledger reads \(${grants:-x} grant\(s\)\)"
+check "that is one grant" test "${grants:-0}" -eq 1
+line "pullgate's files and sockets root-only" '^ok +permissions +root-only: root/ 0700, identity.key 0600, metadata.redb 0600, snapshotter.sock 0600, pullgate/ 0755, api.sock 0600$'
+line "summary: no problem" '^[0-9]+ ok, [0-9]+ warning\(s\), 0 problem\(s\)$'
+
+log "containerd $V: namespaces (unlabelled, shareable)"
+ctr_ namespaces create plain
+ctr_ namespaces create opened containerd.io/defaults/snapshotter=pullgate containerd.io/namespace.shareable=true
+doctor
+rc_is 0 "warnings only"
+line "an unlabelled namespace is a warning with the fix" '^warning +namespaces +namespaces without containerd.io/defaults/snapshotter=pullgate: plain .*fix: ctr namespaces label plain containerd.io/defaults/snapshotter=pullgate'
+line "a shareable namespace is reported" '^warning +shareable +namespace opened is labelled containerd.io/namespace.shareable=true: .*by digest'
+line "labelled namespaces listed" '^ok +namespaces +namespaces that default to pullgate: opened, team-a$'
+printf '%s\n' "$OUT" | sed "s#$WORK#\$WORK#g" > "$WORK/namespaces.txt"
+
+log "containerd $V: JSON output (sound config)"
+doctor -o json
+rc_is 0 "-o json, sound config"
+check "JSON: fields and counts" python3 - "$OUT" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+checks = d["checks"]
+assert all(set(c) == {"name", "status", "message", "fix"} for c in checks), checks
+assert all(c["status"] in ("ok", "warning", "problem") for c in checks)
+assert all((c["fix"] is None) == (c["status"] == "ok") for c in checks)
+for s, k in (("ok", "ok"), ("warning", "warnings"), ("problem", "problems")):
+    assert d[k] == sum(c["status"] == s for c in checks), (k, d)
+assert d["problems"] == 0
+by = {c["name"]: c for c in checks}
+for n in ("containerd", "snapshotter", "bypass", "cri", "transfer", "sharing", "serving", "ledger", "permissions"):
+    assert by[n]["status"] == "ok", by.get(n)
+assert any(c["name"] == "shareable" and "opened" in c["message"] for c in checks)
+PY
+
+log "containerd $V: wrong permissions"
+chmod 0644 "$PG/root/identity.key"
+doctor
+rc_is 1 "a readable key file"
+line "the key file is a problem with the fix" "^problem +permissions +file $PG/root/identity.key is 0644: others can read or use it; fix: chmod 600 $PG/root/identity.key"
+chmod 0600 "$PG/root/identity.key"
+chmod 0666 "$PG/api.sock"
+doctor
+rc_is 1 "a world-writable API socket"
+line "the API socket is a problem" "^problem +permissions +socket $PG/api.sock is 0666"
+chmod 0600 "$PG/api.sock"
+doctor
+rc_is 0 "permissions restored"
+
+log "containerd $V: --registries"
+doctor --registries
+rc_is 1 "one registry does not answer"
+line "the registry answers" "^ok +registry +registry $REG_pub answers at http://$REG_pub/v2/ \(HTTP 200\)"
+line "the dead registry is a problem" "^problem +registry +registry $DEAD does not answer at http://$DEAD/v2/"
+
+log "containerd $V: wrong config (built-in snapshotters, no CRI snapshotter, shared content)"
+broken_config
+restart_containerd || exit 1
+doctor
+printf '%s\n' "$OUT" | sed "s#$WORK#\$WORK#g" > "$WORK/broken.txt"
+rc_is 1 "built-in snapshotters loaded"
+line "overlayfs is a problem, with the fix" '^problem +bypass +snapshotter overlayfs is loaded: .*fix: add "io.containerd.snapshotter.v1.overlayfs" to disabled_plugins in '"$C/config.toml"
+line "native is a problem" '^problem +bypass +snapshotter native is loaded'
+no_line "no 'no other snapshotter' line" '^ok +bypass'
+line "CRI's snapshotter unset (CRI not loaded here: warning)" "^warning +cri +CRI's snapshotter is unset \(containerd's default, overlayfs\)"
+line "shared content is a warning saying what it means" '^warning +sharing +content_sharing_policy is "shared": any namespace can read another.s blobs by digest.*fix: set content_sharing_policy = "isolated"'
+case $V in
+  1.6) line "no transfer service on 1.6" '^ok +transfer' ;;
+  *) line "the transfer service unpacking into overlayfs is a problem" '^problem +transfer +the transfer service unpacks linux/[a-z0-9]+ into snapshotter "overlayfs"' ;;
+esac
+line "pullgate still registered" '^ok +snapshotter'
+doctor -o json
+check "JSON: the overlayfs problem and its fix" python3 - "$OUT" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["problems"] >= 2
+o = [c for c in d["checks"] if c["name"] == "bypass" and "overlayfs" in c["message"]]
+assert len(o) == 1 and o[0]["status"] == "problem" and "disabled_plugins" in o[0]["fix"], o
+s = [c for c in d["checks"] if c["name"] == "sharing"]
+assert len(s) == 1 and s[0]["status"] == "warning", s
+PY
+
+log "containerd $V: CRI enabled (tests/cri_lib.sh's config: the shipped fragment, CRI on)"
+source "$REPO/tests/cri_lib.sh"
+containerd_cri_config "$V" "$PG/snapshotter.sock" "$REG_pub/pause:none" "$WORK/cri-hosts" && isolate
+restart_containerd || exit 1
+ctr_ namespaces create k8s.io 2>/dev/null   # CRI's namespace (created by its first pod otherwise)
+doctor
+rc_is 0 "CRI through pullgate"
+line "CRI's snapshotter is pullgate, CRI loaded" '^ok +cri +CRI unpacks and runs through pullgate'
+no_line "k8s.io follows CRI's setting" '^warning +namespaces .*k8s\.io'
+edit_config no-cri-snapshotter
+restart_containerd || exit 1
+doctor
+rc_is 1 "CRI without a snapshotter setting"
+line "CRI's snapshotter unset is a problem where CRI runs (or fails to load)" "^problem +cri +CRI's snapshotter is unset \(containerd's default, overlayfs\): Kubernetes pods would not go through pullgate.*fix: set \[plugins"
+line "k8s.io no longer exempt" '^warning +namespaces +namespaces without .*k8s\.io'
+
+log "containerd $V: pullgate stopped, containerd unreachable, no config"
+sound_config
+restart_containerd || exit 1
+kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
+doctor
+rc_is 1 "pullgate stopped"
+line "the snapshotter socket does not answer" "^problem +serving +cannot reach pullgate's snapshotter at $PG/snapshotter.sock"
+line "the API does not answer" "^problem +ledger +cannot reach pullgate's API at $PG/api.sock.*fix: start pullgate"
+line "containerd still lists pullgate" '^ok +snapshotter'
+doctor --containerd-address "$WORK/no-such.sock"
+rc_is 1 "containerd unreachable"
+line "containerd unreachable is a problem" "^problem +containerd +cannot reach containerd at $WORK/no-such.sock: .*fix: start containerd"
+line "the config is still checked" '^ok +cri '
+CCFG=$WORK/no-such.toml doctor
+rc_is 1 "no containerd config"
+line "a missing config is a problem" "^problem +config +cannot read $WORK/no-such.toml: No such file"
+line "containerd is still asked" '^ok +bypass'
+start_pullgate "$PG" || exit 1
+wait_for 10 test -S "$PG/api.sock"
+doctor
+rc_is 0 "pullgate restarted"
+
+for f in sound namespaces broken; do printf '\n--- doctor output (%s):\n' "$f"; cat "$WORK/$f.txt"; done
+summary "e2e doctor (containerd $V)"
