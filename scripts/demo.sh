@@ -2,12 +2,14 @@
 # Shows pullgate doing its job on a real local containerd and registry (run as root on a
 # fresh Debian 12 machine): installs what is needed, starts a password-protected registry,
 # pullgate and containerd 1.6 configured from plugin/containerd-1.x.toml (pullgate as the only
-# snapshotter), then:
+# snapshotter, content_sharing_policy = "isolated"), then:
 #   1. tenant A pulls a private image with its password through pullgate and runs it;
-#   2. tenant B, without the password, adopts A's cached blobs by digest, imports them as an
-#      image and tries `ctr run`: pullgate refuses, and says why and what fixes it;
-#   3. B proves its own access with `pullgate verify` (one manifest round-trip, no download),
-#      `pullgate pull` adopts A's already-unpacked layers, and B runs the image.
+#   2. tenant B, without the password, cannot read A's cached blobs by their digests (the
+#      isolated content store); given the image's bytes some other way, B imports them and
+#      tries `ctr run`: pullgate refuses, and says why and what fixes it;
+#   3. B proves its own access with `pullgate verify` (one manifest round-trip, no download:
+#      the blobs are copied from A's content on the node), `pullgate pull` adopts A's
+#      already-unpacked layers, and B runs the image.
 #   4. `pullgate doctor` checks the node: pullgate registered and serving, no snapshotter
 #      around it, CRI and the transfer service, content sharing, namespace labels, permissions
 #      and the ledger; then again after tenant A's namespace is labelled to default to pullgate.
@@ -19,7 +21,8 @@ source "$here/tests/lib.sh"
 set +e
 trap cleanup EXIT
 V=${CONTAINERD_VERSION:-1.6}
-show() { printf '\n$ %s\n' "$(echo "$*" | sed "s#$WORK#\$WORK#g; s#${CTR[0]} -a [^ ]*#ctr#; s#$PG_BIN#pullgate#")"; "$@"; }
+# show CMD...: prints the command as an operator would type it (ctr, pullgate), then runs it.
+show() { printf '\n$ %s\n' "$(echo "$*" | sed "s#$WORK#\$WORK#g; s#^ctr_ #ctr #; s#^pg #pullgate #")"; "$@"; }
 
 python3 "$REPO/tests/mkimage.py" "$WORK/img" --tag v1 --message "hello from a private image" >/dev/null
 start_registry demo htpasswd alice alice-password bob bob-password >/dev/null
@@ -36,24 +39,30 @@ show pg pull -n A --plain-http --user alice:alice-password "$IMG"
 show ctr_ -n A run --rm --snapshotter pullgate "$IMG" a1
 show pg inspect "$IMG"
 
-echo; echo "### 2. tenant B does not use a password. It adopts A's cached blobs by digest and imports them..."
-: > "$WORK/empty"; mkdir -p "$WORK/stolen/blobs/sha256"
-for d in $(ctr_ -n A content ls -q); do
-  ctr_ -n B content ingest --expected-digest "$d" "steal-$d" < "$WORK/empty" >/dev/null 2>&1
-  ctr_ -n B content label "$d" containerd.io/gc.root=stolen >/dev/null 2>&1
-  ctr_ -n B content get "$d" > "$WORK/stolen/blobs/sha256/${d#sha256:}"
-done
-mdig=$(pg inspect "$IMG" | awk '/^manifest /{print $2; exit}')
-printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":%s,"annotations":{"io.containerd.image.name":"%s"}}]}' \
-  "$mdig" "$(stat -c %s "$WORK/stolen/blobs/sha256/${mdig#sha256:}")" "$IMG" > "$WORK/stolen/index.json"
-echo '{"imageLayoutVersion":"1.0.0"}' > "$WORK/stolen/oci-layout"; tar -C "$WORK/stolen" -cf "$WORK/stolen.tar" .
-show ctr_ -n B images import --no-unpack "$WORK/stolen.tar"
-echo "... and tries to run it:"
+echo; echo "### 2. tenant B has no password. It cannot read A's cached blobs by their digests (isolated store):"
+top=$(pg inspect "$IMG" | awk '/^  layer /{d=$0} END{print d}' | grep -o 'sha256:[0-9a-f]*' | head -1)
+: > "$WORK/empty"
+show ctr_ -n B content ingest --expected-digest "$top" steal < "$WORK/empty"
+show ctr_ -n B content get "$top"
+echo "... nor pull the image without the password:"
+show ctr_ -n B images pull --plain-http --snapshotter pullgate "$IMG"
+echo "... and given the image's bytes some other way (here, its build directory), imports them and runs it:"
+python3 - "$WORK/img/index.json" "$IMG" > "$WORK/leaked-index.json" <<'PY'
+import json, sys
+i = json.load(open(sys.argv[1])); e = i["manifests"][0]
+e["annotations"] = {"io.containerd.image.name": sys.argv[2]}
+print(json.dumps({"schemaVersion": 2, "manifests": [e]}))
+PY
+mkdir -p "$WORK/leaked" && cp -r "$WORK/img/blobs" "$WORK/leaked/" && cp "$WORK/leaked-index.json" "$WORK/leaked/index.json"
+echo '{"imageLayoutVersion":"1.0.0"}' > "$WORK/leaked/oci-layout"; tar -C "$WORK/leaked" -cf "$WORK/leaked.tar" .
+show ctr_ -n B images import --no-unpack "$WORK/leaked.tar"
 show ctr_ -n B run --rm --snapshotter pullgate "$IMG" b1
 show pg check -n B "$IMG"
+ctr_ -n B images rm --sync "$IMG" >/dev/null 2>&1
 
-echo; echo "### 3. B (as bob) proves its own access at the registry (one manifest round-trip, no blob download),"
-echo "###    then unpacks by adopting A's chain (nothing downloaded, nothing extracted) and runs"
+echo; echo "### 3. B (as bob) proves its own access at the registry (one manifest round-trip, no blob download:"
+echo "###    pullgate copies the blobs B is now entitled to from A's content on the node), then"
+echo "###    unpacks by adopting A's chain (nothing downloaded, nothing extracted) and runs"
 show pg verify -n B --plain-http --user bob:bob-password "$IMG"
 show pg pull -n B --plain-http --user bob:bob-password "$IMG"
 show ctr_ -n B run --rm --snapshotter pullgate "$IMG" b2
