@@ -7,10 +7,12 @@
 #      wrong requests straight to the socket
 #   4. end to end under real containerd 1.6, 1.7 and 2.1: the snapshotter, and the gate
 #      (registries with htpasswd and token auth, an attacker's registry, both attacks,
-#      hostile registries, bad input, concurrency, secrets), and attacks on the trust model
-#      and Kubernetes through pullgate's CRI front (containerd's real CRI plugin, driven as
-#      kubelet drives it by the test CRI client in examples/cri.rs), and `pullgate doctor`
-#      against sound and wrongly configured containerds
+#      hostile registries, bad input, concurrency, secrets; under containerd's default shared
+#      content store), attacks on the trust model (under the isolated store the shipped
+#      fragments set, and under the shared one on 1.6 and 2.1), the isolated store without
+#      re-downloads, Kubernetes through pullgate's CRI front (containerd's real CRI plugin,
+#      driven as kubelet drives it by the test CRI client in examples/cri.rs), and `pullgate
+#      doctor` against sound and wrongly configured containerds
 #   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
 #      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
 set -euo pipefail
@@ -47,10 +49,19 @@ done
 for v in 1.6 1.7 2.1; do
   step "end to end: snapshotter under containerd $v"
   bash tests/e2e_snapshotter.sh "$v" || failed+=("e2e snapshotter containerd $v")
-  step "end to end: the gate under containerd $v"
-  bash tests/e2e_gate.sh "$v" || failed+=("e2e gate containerd $v")
-  step "end to end: attacks on the trust model under containerd $v"
+  # The shipped fragments set content_sharing_policy = "isolated" (every test below runs so
+  # unless it says otherwise); the gate's own suite runs under containerd's default "shared"
+  # store, where a tenant can adopt any blob by digest and only the gate stands in the way.
+  step "end to end: the gate under containerd $v (shared content store)"
+  CONTENT_POLICY=shared bash tests/e2e_gate.sh "$v" || failed+=("e2e gate containerd $v")
+  step "end to end: attacks on the trust model under containerd $v (isolated content store)"
   bash tests/e2e_trust.sh "$v" || failed+=("e2e trust containerd $v")
+  if [ "$v" != 1.7 ]; then
+    step "end to end: attacks on the trust model under containerd $v (shared content store)"
+    CONTENT_POLICY=shared bash tests/e2e_trust.sh "$v" || failed+=("e2e trust containerd $v shared")
+  fi
+  step "end to end: an isolated content store without re-downloads under containerd $v"
+  bash tests/e2e_isolated.sh "$v" || failed+=("e2e isolated containerd $v")
   step "end to end: Kubernetes through the CRI front under containerd $v"
   bash tests/e2e_cri.sh "$v" || failed+=("e2e cri containerd $v")
   step "end to end: pullgate doctor against sound and broken containerd configs, version $v"
