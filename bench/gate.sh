@@ -5,7 +5,9 @@
 # private (token-auth registry), 6 layers of 20 MB of incompressible data plus a base.
 #   1. re-authentication in a fresh namespace: pullgate verify vs a full pull into an isolated
 #      content store vs plain `ctr images pull` (which re-resolves but trusts cached blobs):
-#      time and bytes served by the registry (and its token server)
+#      time and bytes served by the registry (and its token server); and, on the isolated
+#      containerd (with a pullgate of its own), a new tenant's pullgate verify and pullgate pull,
+#      which copy the blobs on the node, against containerd's own isolated pull
 #   2. pullgate pull vs ctr images pull --snapshotter overlayfs into an empty store
 #   3. twenty namespaces using the same image: time and disk, pullgate vs overlayfs
 #   5. ctr run --rm latency: gate on (grant checked) vs NeverVerify vs overlayfs, interleaved
@@ -33,11 +35,20 @@ IMG=$REG_t/private/bench:v1
 push_image "$WORK/img" v1 "$IMG" "admin:$PW"
 PG=$WORK/pullgate
 start_pullgate "$PG" >/dev/null
-start_containerd 1.6 "$PG/snapshotter.sock" keep-builtin >/dev/null
+# The main containerd keeps containerd's default shared content store (sections 1 to 5 compare
+# against overlayfs there); the isolated one below is the fragments' setting.
+CONTENT_POLICY=shared start_containerd 1.6 "$PG/snapshotter.sock" keep-builtin >/dev/null
 wait_backend
 pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
-# The isolated alternative: a second containerd with its own root and the isolated policy.
+# The isolated alternative: a second containerd with its own root and the isolated policy,
+# its built-in overlayfs for containerd's own pulls, and a pullgate of its own.
 ISO=$WORK/iso; mkdir -p "$ISO"
+PGI=$WORK/pullgate-iso
+pullgate_config "$PGI"
+sed -i "s#^containerd_address = .*#containerd_address = \"$ISO/containerd.sock\"#" "$PGI/config.toml"
+PG_MAIN_PID=$PG_PID
+start_pullgate "$PGI" >/dev/null
+PG_PID=$PG_MAIN_PID   # section 5 restarts the main pullgate
 cat > "$ISO/config.toml" <<TOML
 version = 2
 root = "$ISO/root"
@@ -47,6 +58,9 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = "$ISO/containerd.sock"
 [plugins."io.containerd.metadata.v1.bolt"]
   content_sharing_policy = "isolated"
+[proxy_plugins.pullgate]
+  type = "snapshot"
+  address = "$PGI/snapshotter.sock"
 TOML
 /usr/bin/containerd --config "$ISO/config.toml" >"$ISO/log" 2>&1 &
 PIDS+=($!)
@@ -56,8 +70,10 @@ nlayers=$(python3 -c "import json; i=json.load(open('$WORK/img/index.json')); d=
 echo "image: $nlayers layers, ${size} MB compressed, private on a token-auth registry; containerd 1.6"
 
 echo; echo "## 1. re-authentication in a fresh namespace (tenant A pulled the image first)"
+pgi() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PGI/api.sock" "$@"; }
 pg pull -n tenant-a --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
 "${ISOCTR[@]}" -n tenant-a images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
+pgi pull -n tenant-a --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "pullgate pull on the isolated containerd failed"
 declare -A T B
 for rep in $(seq 1 "$REPS"); do
   read -r m1 m2 < <(marks); t0=$(now)
@@ -69,6 +85,12 @@ for rep in $(seq 1 "$REPS"); do
   read -r m1 m2 < <(marks); t0=$(now)
   ctr_ -n "c$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
   t1=$(now); T[ctr]+="$(elapsed "$t0" "$t1") "; B[ctr]+="$(registry_bytes "$m1" "$m2") "
+  read -r m1 m2 < <(marks); t0=$(now)
+  pgi verify -n "vi$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated verify failed"
+  t1=$(now); T[iverify]+="$(elapsed "$t0" "$t1") "; B[iverify]+="$(registry_bytes "$m1" "$m2") "
+  read -r m1 m2 < <(marks); t0=$(now)
+  pgi pull -n "pi$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated pull failed"
+  t1=$(now); T[ipull]+="$(elapsed "$t0" "$t1") "; B[ipull]+="$(registry_bytes "$m1" "$m2") "
 done
 tv=$(med "${T[verify]}"); ti=$(med "${T[iso]}"); tc=$(med "${T[ctr]}")
 printf '| %-52s | %9s | %12s |\n' "re-authentication ($REPS runs, median)" "time" "bytes served"
@@ -77,6 +99,15 @@ printf '| %-52s | %7.3f s | %12s |\n' "pullgate verify" "$tv" "$(med "${B[verify
 printf '| %-52s | %7.3f s | %12s |\n' "full pull into an isolated content store" "$ti" "$(med "${B[iso]}")"
 printf '| %-52s | %7.3f s | %12s |\n' "ctr images pull (shared store, trusts cached blobs)" "$tc" "$(med "${B[ctr]}")"
 printf 'verify / isolated full pull: time %.1f%% (target <= 5%%), bytes %s (target < 16384)\n' "$(echo "100 * $tv / $ti" | bc -l)" "$(med "${B[verify]}")"
+tiv=$(med "${T[iverify]}"); tip=$(med "${T[ipull]}")
+echo
+printf '| %-52s | %9s | %12s |\n' "a new tenant, isolated content store ($REPS runs, median)" "time" "bytes served"
+printf '|%s|%s|%s|\n' "------------------------------------------------------" "-----------" "--------------"
+printf '| %-52s | %7.3f s | %12s |\n' "containerd's own pull (ctr images pull)" "$ti" "$(med "${B[iso]}")"
+printf '| %-52s | %7.3f s | %12s |\n' "pullgate verify (blobs copied on the node)" "$tiv" "$(med "${B[iverify]}")"
+printf '| %-52s | %7.3f s | %12s |\n' "pullgate pull (blobs copied, chain adopted)" "$tip" "$(med "${B[ipull]}")"
+printf 'pullgate pull / isolated pull: time %.2f (target <= 0.50), bytes %s (target < 4096); verify: time %.2f, bytes %s\n' \
+  "$(echo "$tip / $ti" | bc -l)" "$(med "${B[ipull]}")" "$(echo "$tiv / $ti" | bc -l)" "$(med "${B[iverify]}")"
 
 echo; echo "## 2. pullgate pull vs ctr images pull --snapshotter overlayfs into an empty store"
 empty_store() {

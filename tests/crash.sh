@@ -236,8 +236,11 @@ for ns in n0 n1 n2 n3 n4 n5 $CTRD_NS; do
 done
 check "every namespace's decision matched its grants, and every image pulls and runs afterwards (seed $SEED)" test "$ok" -eq 1
 
-# Remove every image and container; containerd's GC must then leave pullgate empty.
+# Remove every image and container, and every verify's hold on the blobs it placed (a lease
+# labelled pullgate.io/verified, which would keep them, and the chains their configs name, for
+# an hour); containerd's GC must then leave pullgate empty.
 for ns in $(ctr_ namespaces ls -q); do
+  for l in $(ctr_ -n "$ns" leases ls | awk '/pullgate.io\/verified=/ {print $1}'); do ctr_ -n "$ns" leases delete "$l" >/dev/null 2>&1; done
   for c in $(ctr_ -n "$ns" containers ls -q); do ctr_ -n "$ns" containers rm "$c" >/dev/null 2>&1; done
   for s in $(ctr_ -n "$ns" snapshots --snapshotter pullgate ls | awk 'NR>1 && $NF=="Active" {print $1}'); do
     ctr_ -n "$ns" snapshots --snapshotter pullgate rm "$s" >/dev/null 2>&1
