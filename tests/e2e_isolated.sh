@@ -6,6 +6,7 @@
 #   2. tenant B, without a grant, cannot read A's blobs by any digest trick: `content get`, an
 #      empty ingest with the expected digest, an attacker's manifest naming A's blobs pulled by
 #      plain ctr and by pullgate, pullgate without or with wrong credentials;
+#   2b. a verify refused because the image's config lies about its layers copies nothing;
 #   3. B verifies with its own credential: the registry sees the token and manifest requests
 #      only (access log), B's namespace then holds every blob (copied on the node, same bytes),
 #      plain `ctr images pull` and `ctr run` in B download nothing and run the image; the verify
@@ -93,6 +94,20 @@ check_err "B's pullgate verify with a wrong password fails" "rejected" pg verify
 check "after all of it, B's content store still lists none of A's blobs" test "$(holds B)" = 0
 check_no_grants "and B holds no grant" B
 check_refused "B's ctr run of the image name is refused (no image in B)" "not found" "$PRIVMSG" run_img B b0 "$IMG"
+
+log "2b. a verify refused for an image that lies about its layers copies nothing"
+# The same layers as A's image under a config claiming another last layer ID, pushed by alice.
+claims=$(python3 -c 'import json,sys; d=sys.argv[1]; i=json.load(open(d+"/index.json")); b=lambda x: json.load(open(d+"/blobs/sha256/"+x.split(":")[1])); ids=b(b(i["manifests"][0]["digest"])["config"]["digest"])["rootfs"]["diff_ids"]; ids[-1]="sha256:"+"ab"*32; print(",".join(ids))' "$WORK/priv")
+python3 "$REPO/tests/mkimage.py" "$WORK/lying" --tag v1 --message "$PRIVMSG" --extra-layers 2 --layer-mb 0.3 --seed 31 --claim-diff-ids "$claims" >/dev/null
+push_image "$WORK/lying" v1 "$REG_t/private/lying:v1" "alice:$PW_ALICE" || fail "push the lying image"
+LMD=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$WORK/lying")
+LAYERS=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]+"/blobs/sha256/"+sys.argv[2].split(":")[1])); print(" ".join(l["digest"] for l in m["layers"]))' "$WORK/lying" "$LMD")
+check "its layers are A's image's layers" test "$LAYERS" = "$(cut -d' ' -f2- <<<"$BLOBS")"
+check_refused "F's pullgate verify (bob's password) is refused: the config lies" "lies about its layers" "" \
+  pg verify -n F --plain-http --user "bob:$PW_BOB" "$REG_t/private/lying:v1"
+check "F's content store lists none of A's blobs afterwards" test "$(holds F)" = 0
+check_refused "F's content get of A's top layer: not found" "not found" "" ctr_ -n F content get "$TOP"
+check_no_grants "and F holds no grant" F
 
 log "3. B verifies with its own credential: no download"
 m=$(mark)

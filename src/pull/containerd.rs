@@ -205,12 +205,16 @@ impl Containerd {
             if ns == self.namespace || digests.iter().all(|d| out.contains_key(*d)) {
                 continue;
             }
-            let there = Containerd { channel: self.channel.clone(), namespace: ns.clone(), lease: None };
-            for d in there.present(digests).await? {
+            for d in self.elsewhere(&ns).present(digests).await? {
                 out.entry(d).or_insert_with(|| ns.clone());
             }
         }
         Ok(out)
+    }
+
+    /// The same connection, reading namespace `namespace` (no lease).
+    pub fn elsewhere(&self, namespace: &str) -> Containerd {
+        Containerd { channel: self.channel.clone(), namespace: namespace.to_string(), lease: None }
     }
 
     /// Copies a blob from namespace `from`'s content store into this namespace's (under this
@@ -219,8 +223,7 @@ impl Containerd {
     /// copy. Under `content_sharing_policy = "isolated"` this is the only way a namespace gets
     /// a blob another namespace holds without downloading it again.
     pub async fn copy_from(&self, from: &str, digest: &str, size: u64) -> Result<()> {
-        let there = Containerd { channel: self.channel.clone(), namespace: from.to_string(), lease: None };
-        let mut r = there.reader(digest).await?;
+        let mut r = self.elsewhere(from).reader(digest).await?;
         let mut w = self.writer(digest, size);
         while let Some(chunk) = r.next_chunk().await? {
             w.write(&chunk).await?;

@@ -190,11 +190,13 @@ impl Puller {
         let facts = self.facts(&image, &out.manifest)?;
         let mut got = self.gather(&image, &facts, full, sess, resolved, cd).await?;
         out.downloaded = std::mem::take(&mut got.downloaded);
-        out.copied = got.copied.clone();
         crate::crashpoint::hit("pull.fetched");
         let diff_ids = self.check_claims(&image, &facts, &got, cd).await?;
         let public = self.probe_public(&image, &diff_ids, &identity, sess).await;
         self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity)?;
+        self.place(&mut got, sess, cd).await?;
+        out.downloaded.append(&mut got.downloaded);
+        out.copied = got.copied.clone();
         tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %image.origin, manifest = %out.manifest,
             identity = %short(&identity), downloaded = out.downloaded.len(), "grant recorded");
         let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
@@ -226,10 +228,10 @@ impl Puller {
     }
 
     /// Makes sure the origin itself served every blob (downloading what it never served, or on
-    /// the same endpoint asking with an authenticated HEAD), places in the namespace every blob
-    /// it is now entitled to that the node holds (adopted by digest under a shared content
-    /// store, copied from another namespace's content under an isolated one), fetches what a
-    /// pull still lacks, and hashes every layer blob pullgate has not paired yet: while it
+    /// the same endpoint asking with an authenticated HEAD), adopts by digest what a shared
+    /// content store lets the namespace adopt, finds in other namespaces what an isolated store
+    /// does not (copied by `place` once the grant stands), fetches what a pull still lacks and
+    /// the node does not hold, and hashes every layer blob pullgate has not paired yet: while it
     /// downloads, or read back from containerd's content store when the bytes are on the node.
     async fn gather(&self, image: &Image, facts: &Facts, full: bool, sess: &mut Session, resolved: &registry::Resolved, cd: &mut Containerd) -> Result<Gathered> {
         let mut got = Gathered::default();
@@ -246,7 +248,8 @@ impl Puller {
         got.present = cd.present(&digests).await?;
         let cd = &*cd;
         let mut jobs: Vec<Job> = Vec::new();
-        let mut from_store: Vec<Blob> = Vec::new();
+        // (blob, namespace holding it) to hash from the node's content.
+        let mut from_store: Vec<(Blob, Option<String>)> = Vec::new();
         // Other namespaces' content, looked up once and only when a blob is missing here.
         let mut elsewhere: Option<HashMap<String, String>> = None;
         for (i, (b, served_here)) in image.all().zip(facts.served.iter().copied()).enumerate() {
@@ -260,21 +263,23 @@ impl Puller {
                 // The namespace is entitled to these bytes: the origin accepted its credential
                 // for a manifest naming them, and served them.
                 if in_ns || cd.adopt_content(&b.digest, b.size).await? {
-                    if !in_ns {
-                        got.present.insert(b.digest.clone());
-                        got.placed.push(b.digest.clone());
-                    }
+                    got.present.insert(b.digest.clone());
                     if hash {
-                        from_store.push(b.clone());
+                        from_store.push((b.clone(), None));
                     }
                 } else {
                     if elsewhere.is_none() {
                         elsewhere = Some(cd.holders_elsewhere(&digests).await?);
                     }
-                    let fallback = (need_content || hash).then_some((need_content, hash));
                     match elsewhere.as_ref().and_then(|h| h.get(&b.digest)) {
-                        Some(from) => jobs.push(Job::Copy { blob: b.clone(), from: from.clone(), hash, fallback }),
-                        None => jobs.extend(fallback.map(|(keep, hash)| Job::Fetch { blob: b.clone(), keep, hash })),
+                        Some(from) => {
+                            got.to_copy.push((b.clone(), from.clone(), need_content));
+                            if hash {
+                                from_store.push((b.clone(), Some(from.clone())));
+                            }
+                        }
+                        None if need_content || hash => jobs.push(Job::Fetch { blob: b.clone(), keep: need_content, hash }),
+                        None => {}
                     }
                 }
             } else if in_ns || cd.adopt_content(&b.digest, b.size).await? {
@@ -298,29 +303,48 @@ impl Puller {
             .collect()
             .await;
         for d in done {
-            match d? {
-                Done::Copied { blob, hash } => {
-                    got.present.insert(blob.digest.clone());
-                    got.placed.push(blob.digest.clone());
-                    got.copied.push(blob.digest.clone());
-                    if hash {
-                        from_store.push(blob);
-                    }
+            got.took(d?);
+        }
+        for (b, holder) in from_store {
+            let hashed = match &holder {
+                None => Self::hash_from_store(cd, &b.digest, b.size).await,
+                Some(ns) => Self::hash_from_store(&cd.elsewhere(ns), &b.digest, b.size).await,
+            };
+            match hashed {
+                Ok(v) => got.verified.push(v),
+                // The other namespace's copy went (deleted, collected): the origin serves the
+                // bytes instead, kept if the pull needs them.
+                Err(e) if holder.is_some() => {
+                    tracing::warn!(digest = %b.digest, error = %e, "cannot read the blob in another namespace; fetching it from the origin");
+                    let keep = got.to_copy.iter().any(|(c, _, keep)| c.digest == b.digest && *keep);
+                    got.to_copy.retain(|(c, _, _)| c.digest != b.digest);
+                    got.took(Job::Fetch { blob: b, keep, hash: true }.run(&mut sess.clone(), cd).await?);
                 }
-                Done::Fetched { digest, keep, verified } => {
-                    if keep {
-                        got.present.insert(digest.clone());
-                    }
-                    got.verified.extend(verified);
-                    got.downloaded.push(digest);
-                }
-                Done::Skipped => {}
+                Err(e) => return Err(e),
             }
         }
-        for b in from_store {
-            got.verified.push(Self::hash_from_store(cd, &b.digest, b.size).await?);
-        }
         Ok(got)
+    }
+
+    /// Once the grant stands: copies into the namespace the blobs it is entitled to that other
+    /// namespaces hold (an isolated content store), reading them there and writing them here
+    /// with the expected digest, which containerd checks; a blob whose copy fails comes from
+    /// the origin instead when the pull needs it. A pull or verify refused before this copies
+    /// nothing.
+    async fn place(&self, got: &mut Gathered, sess: &Session, cd: &Containerd) -> Result<()> {
+        let jobs = std::mem::take(&mut got.to_copy).into_iter().map(|(blob, from, keep)| Job::Copy { blob, from, keep });
+        let done: Vec<Result<Done>> = futures_util::stream::iter(jobs)
+            .map(|job| {
+                let mut s = sess.clone();
+                async move { job.run(&mut s, cd).await }
+            })
+            .buffer_unordered(FETCH_CONCURRENCY)
+            .collect()
+            .await;
+        for d in done {
+            got.took(d?);
+        }
+        Ok(())
     }
 
     /// The layer IDs the image claims (from its recorded manifest, or its config), each checked
@@ -629,25 +653,25 @@ struct Gathered {
     newly_served: Vec<String>,
     /// Blobs downloaded from the registry.
     downloaded: Vec<String>,
-    /// Blobs the namespace lacked and now holds from the node (adopted or copied), and those of
-    /// them copied from another namespace's content.
-    placed: Vec<String>,
+    /// Blobs copied into the namespace from another namespace's content.
     copied: Vec<String>,
+    /// Blobs to copy from another namespace once the grant stands: (blob, that namespace,
+    /// whether the pull needs them if the copy fails).
+    to_copy: Vec<(Blob, String, bool)>,
     /// Layer IDs computed from blobs' bytes in this pull.
     verified: Vec<Verified>,
 }
 
 /// Getting one blob's bytes for a pull or verify.
 enum Job {
-    /// From another namespace's content on the node; if that fails, `fallback` (keep, hash)
-    /// fetches from the origin instead.
-    Copy { blob: Blob, from: String, hash: bool, fallback: Option<(bool, bool)> },
+    /// From another namespace's content on the node; if that fails and `keep`, from the origin.
+    Copy { blob: Blob, from: String, keep: bool },
     /// From the origin: kept in the content store, or only compared; hashed, or not.
     Fetch { blob: Blob, keep: bool, hash: bool },
 }
 
 enum Done {
-    Copied { blob: Blob, hash: bool },
+    Copied(String),
     Fetched { digest: String, keep: bool, verified: Option<Verified> },
     Skipped,
 }
@@ -655,19 +679,38 @@ enum Done {
 impl Job {
     async fn run(self, sess: &mut Session, cd: &Containerd) -> Result<Done> {
         let (blob, keep, hash) = match self {
-            Job::Copy { blob, from, hash, fallback } => match cd.copy_from(&from, &blob.digest, blob.size).await {
-                Ok(()) => return Ok(Done::Copied { blob, hash }),
+            Job::Copy { blob, from, keep } => match cd.copy_from(&from, &blob.digest, blob.size).await {
+                Ok(()) => return Ok(Done::Copied(blob.digest)),
                 Err(e) => {
                     tracing::warn!(digest = %blob.digest, from = %from, error = %e, "cannot copy the blob from another namespace on the node");
-                    match fallback {
-                        Some((keep, hash)) => (blob, keep, hash),
-                        None => return Ok(Done::Skipped),
+                    if !keep {
+                        return Ok(Done::Skipped);
                     }
+                    (blob, true, false)
                 }
             },
             Job::Fetch { blob, keep, hash } => (blob, keep, hash),
         };
         let verified = Puller::fetch(sess, cd, &blob, keep, hash).await?;
         Ok(Done::Fetched { digest: blob.digest, keep, verified })
+    }
+}
+
+impl Gathered {
+    fn took(&mut self, d: Done) {
+        match d {
+            Done::Copied(digest) => {
+                self.present.insert(digest.clone());
+                self.copied.push(digest);
+            }
+            Done::Fetched { digest, keep, verified } => {
+                if keep {
+                    self.present.insert(digest.clone());
+                }
+                self.verified.extend(verified);
+                self.downloaded.push(digest);
+            }
+            Done::Skipped => {}
+        }
     }
 }
