@@ -27,6 +27,24 @@ pub struct Config {
     pub registry: RegistryConfig,
     #[serde(default)]
     pub cri: CriConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// The Prometheus endpoint (off by default).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `IP:PORT` serving `GET /metrics` over plain HTTP; unset: no endpoint.
+    #[serde(default)]
+    pub address: Option<String>,
+}
+
+impl MetricsConfig {
+    /// The endpoint's address (validated by `parse`).
+    pub fn socket_addr(&self) -> Option<std::net::SocketAddr> {
+        self.address.as_deref().and_then(|a| a.parse().ok())
+    }
 }
 
 /// Whose grant a pod's pull records, and whose grant its containers need.
@@ -245,6 +263,10 @@ impl Config {
             parse_duration_secs(t)
                 .ok_or_else(|| ConfigError::Invalid(format!("[registry] timeout {t:?}: expected a positive duration like 10s, 2m")))?;
         }
+        if let Some(a) = &self.metrics.address {
+            a.parse::<std::net::SocketAddr>()
+                .map_err(|e| ConfigError::Invalid(format!("[metrics] address {a:?}: expected IP:PORT such as \"127.0.0.1:9464\" ({e})")))?;
+        }
         for ns in self.namespaces.keys() {
             if ns.is_empty() || ns.chars().any(|c| c.is_control() || c == '/') {
                 return Err(ConfigError::Invalid(format!("[namespaces] {ns:?} is not a containerd namespace name")));
@@ -312,6 +334,16 @@ mod tests {
         assert!(c.cri.enable && c.cri.principal == CriPrincipal::Pod && c.cri.containerd_address.is_none());
         assert!(!Config::parse("").unwrap().cri.enable);
         for bad in ["[cri]\nenable=true\nsocket='rel'", "[cri]\nenable=true\nsocket='/run/containerd/containerd.sock'", "[cri]\nprincipal='node'"] {
+            assert!(Config::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn metrics_keys() {
+        assert!(Config::parse("").unwrap().metrics.socket_addr().is_none());
+        let c = Config::parse("[metrics]\naddress = '127.0.0.1:9464'\n").unwrap();
+        assert_eq!(c.metrics.socket_addr(), Some("127.0.0.1:9464".parse().unwrap()));
+        for bad in ["[metrics]\naddress = 'localhost'", "[metrics]\naddress = ':9464'", "[metrics]\nport = 1"] {
             assert!(Config::parse(bad).is_err(), "{bad}");
         }
     }

@@ -19,6 +19,7 @@ pub mod diffid;
 pub mod dockerconfig;
 pub mod gate;
 pub mod ledger;
+pub mod metrics;
 pub mod pull;
 mod metastore;
 pub mod reference;

@@ -247,10 +247,11 @@ impl Front {
             let diff_ids = self.claimed_layers(spec, &shown).await?;
             let snap = self.snap.clone();
             let p = principal.clone();
-            let chain = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &diff_ids))
+            let decided = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &diff_ids))
                 .await
-                .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?
-                .map_err(|e| refusal(e, &pod_name, &shown, &principal))?;
+                .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?;
+            crate::metrics::record_gate(crate::metrics::Verb::create_container, &decided);
+            let chain = decided.map_err(|e| refusal(e, &pod_name, &shown, &principal))?;
             tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted");
             chains.push(chain);
         }

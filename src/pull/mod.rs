@@ -118,11 +118,15 @@ struct Blob {
 
 impl Puller {
     pub async fn verify(&self, req: &Request) -> Result<Outcome> {
-        self.run(req, false).await
+        let (since, out) = (std::time::Instant::now(), self.run(req, false).await);
+        crate::metrics::record_op("verify", since, &out);
+        out
     }
 
     pub async fn pull(&self, req: &Request) -> Result<Outcome> {
-        self.run(req, true).await
+        let (since, out) = (std::time::Instant::now(), self.run(req, true).await);
+        crate::metrics::record_op("pull", since, &out);
+        out
     }
 
     async fn run(&self, req: &Request, full: bool) -> Result<Outcome> {
@@ -469,6 +473,7 @@ impl Puller {
         if let Some(w) = w {
             w.commit(HashMap::new()).await?;
         }
+        crate::metrics::record_downloaded(b.size);
         match hasher {
             Some(h) => Ok(Some(h.finish().await?)),
             None => Ok(None),

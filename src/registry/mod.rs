@@ -234,7 +234,9 @@ impl Session {
                     req = req.header(header::AUTHORIZATION, z);
                 }
             }
-            let resp = req.send().await.map_err(|e| self.unavailable(error_chain(&e)))?;
+            let resp = req.send().await;
+            crate::metrics::record_request("registry", resp.as_ref().ok().map(|r| r.status().as_u16()));
+            let resp = resp.map_err(|e| self.unavailable(error_chain(&e)))?;
             if !resp.status().is_redirection() {
                 return Ok(resp);
             }
@@ -291,13 +293,18 @@ impl Session {
             }
         }
         let resp = match resp {
-            Some(r) => r,
+            Some(r) => {
+                crate::metrics::record_request("token", Some(r.status().as_u16()));
+                r
+            }
             None => {
                 let mut req = tokens.get(realm).timeout(self.total).query(&[("service", service.as_str()), ("scope", scope)]);
                 if let Some(b) = self.basic_header() {
                     req = req.header(header::AUTHORIZATION, b);
                 }
-                req.send().await.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))?
+                let r = req.send().await;
+                crate::metrics::record_request("token", r.as_ref().ok().map(|r| r.status().as_u16()));
+                r.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))?
             }
         };
         match resp.status() {
