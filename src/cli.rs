@@ -138,15 +138,15 @@ fn log_filter(level: &str) -> String {
     }
 }
 
-fn init_logging(level: &str) {
+fn init_logging(level: &str, format: crate::config::LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(log_filter(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    match format {
+        crate::config::LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).init(),
+        // One JSON object per line: timestamp, level, fields (message included), spans.
+        crate::config::LogFormat::Json => fmt.json().with_ansi(false).init(),
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, i32> {
@@ -401,7 +401,7 @@ pub fn run(cli: Cli) -> i32 {
                     return EXIT_USAGE;
                 }
             };
-            init_logging(&cfg.daemon.log_level);
+            init_logging(&cfg.daemon.log_level, cfg.daemon.log_format);
             match rt.block_on(crate::daemon::serve(cfg)) {
                 Ok(()) => 0,
                 Err(e) => {

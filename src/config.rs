@@ -181,9 +181,21 @@ pub struct DaemonConfig {
     /// tracing filter: error, warn, info, debug, trace (or an EnvFilter directive).
     #[serde(default = "default_log_level")]
     pub log_level: String,
+    /// `text` (one human-readable line per event) or `json` (one JSON object per line).
+    #[serde(default)]
+    pub log_format: LogFormat,
     /// `auto` (overlayfs when it mounts in `root`, else copy), `overlay` or `copy`.
     #[serde(default)]
     pub driver: DriverChoice,
+}
+
+/// The daemon's log format.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 fn default_root() -> PathBuf { PathBuf::from("/var/lib/pullgate") }
@@ -200,6 +212,7 @@ impl Default for DaemonConfig {
             api_socket: default_api_socket(),
             containerd_address: default_containerd_address(),
             log_level: default_log_level(),
+            log_format: LogFormat::Text,
             driver: DriverChoice::Auto,
         }
     }
@@ -302,6 +315,9 @@ mod tests {
         .unwrap();
         assert_eq!(c.daemon.snapshotter_socket, PathBuf::from("/s"));
         assert_eq!(c.daemon.driver, DriverChoice::Copy);
+        assert_eq!(c.daemon.log_format, LogFormat::Text);
+        assert_eq!(Config::parse("[daemon]\nlog_format='json'").unwrap().daemon.log_format, LogFormat::Json);
+        assert!(Config::parse("[daemon]\nlog_format='xml'").is_err());
     }
 
     #[test]
