@@ -301,6 +301,7 @@ pub async fn serve(listener: tokio::net::TcpListener, snap: Arc<Snapshotter>, ro
                 }
             });
             let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10))
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
             if let Err(e) = conn.await {

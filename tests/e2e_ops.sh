@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# End-to-end: operating pullgate (issue 11) on a real containerd of the given version, through
+# the real binary: the Prometheus endpoint scraped after real work (a pull with credentials, a
+# `ctr run` the gate refuses, a verify, a run it allows), the JSON log format, `inspect -o json`,
+# `--user USER` prompting on a terminal, and the progress display of `pull` under a
+# pseudo-terminal (and its absence when not on one). Usage: tests/e2e_ops.sh VERSION
+source "$(dirname "$0")/lib.sh"
+V=${1:?usage: e2e_ops.sh 1.6|1.7|2.1}
+trap cleanup EXIT
+PW=alice-Ops-Secret-5t9w
+
+log "containerd $V (operations): setup"
+python3 "$REPO/tests/mkimage.py" "$WORK/priv" --tag v1 --message "private ops app" --extra-layers 2 --layer-mb 3 --seed 61 >/dev/null
+start_registry h htpasswd alice "$PW" || exit 1
+IMG=$REG_h/private/app:v1
+push_image "$WORK/priv" v1 "$IMG" "alice:$PW" || { fail "push the test image"; exit 1; }
+PG=$WORK/pullgate
+pullgate_config "$PG"
+MPORT=$(free_port)
+cat >> "$PG/config.toml" <<TOML
+log_format = "json"
+
+[metrics]
+address = "127.0.0.1:$MPORT"
+TOML
+start_pullgate "$PG" || exit 1
+start_containerd "$V" "$PG/snapshotter.sock" || exit 1
+wait_backend
+check_containerd_version "$V"
+pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
+scrape() { curl -sf "http://127.0.0.1:$MPORT/metrics"; }
+# metric NAME{LABELS}: the value of one sample in a fresh scrape (0 when absent).
+metric() { scrape | awk -v k="$1" '$1 == k {print $2; found=1} END {if (!found) print 0}'; }
+DENY='pullgate_gate_decisions_total{verb="prepare",result="deny",reason="no_grant"}'
+
+log "1. metrics: the endpoint, then the numbers after real work"
+check_out "GET /metrics answers with build info" "pullgate_build_info{version=\"$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)\"} 1" scrape
+check_out "its content type is OpenMetrics text" "application/openmetrics-text" curl -sfI "http://127.0.0.1:$MPORT/metrics"
+check "another path is 404" test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/")" = 404
+check "before any pull, nothing was downloaded" test "$(metric 'pullgate_blob_bytes_total{source="downloaded"}')" = 0
+check "pullgate pull -n A --user alice" pg pull -n A --plain-http --user "alice:$PW" "$IMG"
+dl=$(metric 'pullgate_blob_bytes_total{source="downloaded"}')
+check "downloaded bytes grew past the image's 7 MB of layers ($dl)" test "${dl%.*}" -gt 7000000
+check "the pull is one observation of the pull histogram, result ok" test "$(metric 'pullgate_operation_duration_seconds_count{op="pull",result="ok"}')" = 1
+check "registry requests: successes counted" test "$(metric 'pullgate_registry_requests_total{kind="registry",outcome="success"}')" -gt 0
+check "registry requests: the 401 challenge counted" test "$(metric 'pullgate_registry_requests_total{kind="registry",outcome="unauthorized"}')" -ge 1
+check "pullgate's own unpack: prepares allowed" test "$(metric 'pullgate_gate_decisions_total{verb="prepare",result="allow",reason="none"}')" -ge 3
+check "one grant" test "$(metric pullgate_grants)" = 1
+check "committed snapshots counted (3 layers)" test "$(metric 'pullgate_snapshots{kind="committed"}')" -ge 3
+check "committed snapshots' disk usage > 7 MB" test "$(metric pullgate_snapshots_committed_bytes)" -gt 7000000
+check "the metadata database size is reported" test "$(metric pullgate_metadata_database_bytes)" -gt 0
+# Tenant B gets the image as a tarball from A (no password) and tries to run it.
+ctr_ -n A images export "$WORK/img.tar" "$IMG" >/dev/null 2>&1
+ctr_ -n B images import --no-unpack "$WORK/img.tar" >/dev/null 2>&1
+d0=$(metric "$DENY")
+check_refused "B's ctr run is refused by the gate" "pullgate denied namespace \"B\"" "private ops app" \
+  ctr_ -n B run --rm --snapshotter pullgate "$IMG" b1
+settle_gc B
+d1=$(metric "$DENY")
+check "the deny counter (prepare, no_grant) went up by one ($d0 -> $d1)" test "$d1" = $((d0 + 1))
+check "pullgate verify -n B --user alice" pg verify -n B --plain-http --user "alice:$PW" "$IMG"
+check "the verify is one observation of the verify histogram, result ok" test "$(metric 'pullgate_operation_duration_seconds_count{op="verify",result="ok"}')" = 1
+check "two grants" test "$(metric pullgate_grants)" = 2
+check_out "B runs it now" "private ops app" ctr_ -n B run --rm --snapshotter pullgate "$IMG" b2
+check "the run's Mounts was allowed" test "$(metric 'pullgate_gate_decisions_total{verb="mounts",result="allow",reason="none"}')" -ge 1
+check "B's unpack adopted A's chains: no new bytes downloaded" test "$(metric 'pullgate_blob_bytes_total{source="downloaded"}')" = "$dl"
+check "a verify with a wrong password: result unauthenticated" bash -c \
+  "! '$PG_BIN' verify --address '$PG/api.sock' -n C --plain-http --user alice:wrong '$IMG' >/dev/null 2>&1"
+check "counted as verify, result unauthenticated" test "$(metric 'pullgate_operation_duration_seconds_count{op="verify",result="unauthenticated"}')" = 1
+scrape > "$WORK/scrape.txt"
+check "no secret, user or image name in the scrape" bash -c "! grep -qE -- '$PW|alice|private/app|wrong' '$WORK/scrape.txt'"
+check "every label value comes from a fixed set" bash -c \
+  "! grep -vE '^#' '$WORK/scrape.txt' | grep -oE '[a-z_]+=\"[^\"]*\"' | grep -vE '^(verb|result|reason|op|kind|outcome|source|le|version)=' | grep -q ."
+
+log "2. log_format = \"json\""
+check "the daemon's log has lines" test "$(wc -l < "$PG/log")" -gt 5
+check "every log line is a JSON object (python3 json.loads)" python3 -c '
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    v = json.loads(line); assert isinstance(v, dict) and "level" in v and "fields" in v, line; n += 1
+assert n > 5' "$PG/log"
+check_out "a grant is logged with its fields" '"message":"grant recorded"' cat "$PG/log"
+check "the password appears nowhere in the log" not grep -qF "$PW" "$PG/log"
