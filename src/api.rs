@@ -197,80 +197,136 @@ impl Api {
         }
     }
 
-    fn inspect(&self, target: &str) -> Result<String> {
+    /// What pullgate recorded about `target` (a reference, or a manifest, layer or blob
+    /// digest), as data; `text` is rendered from it.
+    fn inspect(&self, target: &str) -> Result<proto::InspectResponse> {
         let store = self.puller.snap.store();
-        store
-            .read(|tx| -> std::result::Result<_, ApiError> {
-                let mut out = String::new();
-                let manifests = if is_digest(target) {
-                    ledger::manifest(tx, target)?.map(|m| vec![(target.to_string(), m)]).unwrap_or_default()
-                } else {
-                    let r = Reference::parse(target)?;
-                    ledger::manifests_named(tx, &self.origins_of(&r), &r.image_name())?
-                };
-                for (digest, m) in &manifests {
-                    let _ = writeln!(out, "manifest {digest}");
-                    let names: Vec<String> = m
+        let mut out = store.read(|tx| -> std::result::Result<_, ApiError> {
+            let mut out = proto::InspectResponse::default();
+            let manifests = if is_digest(target) {
+                ledger::manifest(tx, target)?.map(|m| vec![(target.to_string(), m)]).unwrap_or_default()
+            } else {
+                let r = Reference::parse(target)?;
+                ledger::manifests_named(tx, &self.origins_of(&r), &r.image_name())?
+            };
+            let grants = if manifests.is_empty() { Vec::new() } else { ledger::grants(tx, None)? };
+            for (digest, m) in &manifests {
+                let mut layers = Vec::new();
+                for (b, d) in m.layers.iter().zip(&m.diff_ids) {
+                    let public = ledger::layer(tx, d)?.is_some_and(|l| l.public);
+                    layers.push(proto::InspectedLayer { blob: b.clone(), diff_id: d.clone(), public, served_by: blob_origins(tx, b)? });
+                }
+                out.manifests.push(proto::InspectedManifest {
+                    digest: digest.clone(),
+                    names: m
                         .names
                         .iter()
-                        .map(|e| match ledger::split_name(e) {
-                            (Some(o), n) => format!("{n} (from {o})"),
-                            (None, n) => n.to_string(),
+                        .map(|e| {
+                            let (origin, name) = ledger::split_name(e);
+                            proto::InspectedName { name: name.to_string(), origin: origin.unwrap_or_default().to_string() }
                         })
-                        .collect();
-                    let _ = writeln!(out, "  names:   {}", names.join(", "));
-                    let _ = writeln!(out, "  origins: {}", m.origins.iter().cloned().collect::<Vec<_>>().join(", "));
-                    let _ = writeln!(out, "  config:  {}", m.config);
-                    write_blob_origins(tx, &mut out, &m.config, "    ")?;
-                    for (i, (b, d)) in m.layers.iter().zip(&m.diff_ids).enumerate() {
-                        let public = ledger::layer(tx, d)?.is_some_and(|l| l.public);
-                        let _ = writeln!(out, "  layer {i}: {b} (diffID {d}) {}", if public { "public" } else { "protected" });
-                        write_blob_origins(tx, &mut out, b, "    ")?;
+                        .collect(),
+                    origins: m.origins.iter().cloned().collect(),
+                    config: Some(proto::InspectedBlob { digest: m.config.clone(), served_by: blob_origins(tx, &m.config)? }),
+                    layers,
+                    grants: grants.iter().filter(|g| &g.manifest == digest).map(grant_of).collect(),
+                });
+            }
+            if manifests.is_empty() && is_digest(target) {
+                if let Some(l) = ledger::layer(tx, target)? {
+                    let mut blobs = Vec::new();
+                    for b in &l.blobs {
+                        blobs.push(proto::InspectedBlob { digest: b.clone(), served_by: blob_origins(tx, b)? });
                     }
-                    for g in ledger::grants(tx, None)?.into_iter().filter(|g| &g.manifest == digest) {
-                        let _ = writeln!(
-                            out,
-                            "  grant: namespace={} principal={:?} origin={} identity={} verified={}",
-                            g.namespace,
-                            g.principal,
-                            g.origin,
-                            short(&g.grant.identity),
-                            fmt_time(g.grant.verified_at)
-                        );
+                    out.layer = Some(proto::InspectedLayerId { diff_id: target.to_string(), public: l.public, manifests: l.manifests.iter().cloned().collect(), blobs });
+                } else {
+                    let served_by = blob_origins(tx, target)?;
+                    if !served_by.is_empty() {
+                        out.blob = Some(proto::InspectedBlob { digest: target.to_string(), served_by });
                     }
                 }
-                if manifests.is_empty() && is_digest(target) {
-                    if let Some(l) = ledger::layer(tx, target)? {
-                        let _ = writeln!(out, "layer {target} {}", if l.public { "public" } else { "protected" });
-                        let _ = writeln!(out, "  in manifests: {}", l.manifests.iter().cloned().collect::<Vec<_>>().join(", "));
-                        for b in &l.blobs {
-                            let _ = writeln!(out, "  blob {b}");
-                            write_blob_origins(tx, &mut out, b, "    ")?;
-                        }
-                    } else if !ledger::blob_origins(tx, target)?.is_empty() {
-                        let _ = writeln!(out, "blob {target}");
-                        write_blob_origins(tx, &mut out, target, "  ")?;
-                    }
-                }
-                if out.is_empty() {
-                    return Err(ApiError::NotFound(format!("pullgate has no record of {target}")));
-                }
-                Ok(out)
-            })
+            }
+            Ok(out)
+        })?;
+        out.text = render_inspection(&out);
+        if out.text.is_empty() {
+            return Err(ApiError::NotFound(format!("pullgate has no record of {target}")));
+        }
+        Ok(out)
     }
 }
 
-fn fmt_time(nanos: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(nanos.max(0) as u64);
+fn grant_of(g: &ledger::GrantEntry) -> proto::Grant {
+    proto::Grant {
+        namespace: g.namespace.clone(),
+        principal: g.principal.clone(),
+        origin: g.origin.clone(),
+        manifest: g.manifest.clone(),
+        identity: short(&g.grant.identity),
+        verified_at_unix: g.grant.verified_at / 1_000_000_000,
+    }
+}
+
+fn blob_origins(tx: &impl crate::metastore::LedgerRead, blob: &str) -> std::result::Result<Vec<proto::BlobOrigin>, StoreError> {
+    Ok(ledger::blob_origins(tx, blob)?
+        .into_iter()
+        .map(|(origin, o)| proto::BlobOrigin { origin, identities: o.identities.iter().map(|i| short(i)).collect() })
+        .collect())
+}
+
+fn fmt_unix(secs: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.max(0) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-fn write_blob_origins(tx: &impl crate::metastore::LedgerRead, out: &mut String, blob: &str, indent: &str) -> std::result::Result<(), StoreError> {
-    for (origin, o) in ledger::blob_origins(tx, blob)? {
-        let ids: Vec<String> = o.identities.iter().map(|i| short(i)).collect();
-        let _ = writeln!(out, "{indent}served by {origin} to {}", ids.join(", "));
+fn write_served_by(out: &mut String, served_by: &[proto::BlobOrigin], indent: &str) {
+    for o in served_by {
+        let _ = writeln!(out, "{indent}served by {} to {}", o.origin, o.identities.join(", "));
     }
-    Ok(())
+}
+
+/// `pullgate inspect`'s text.
+fn render_inspection(r: &proto::InspectResponse) -> String {
+    let mut out = String::new();
+    for m in &r.manifests {
+        let _ = writeln!(out, "manifest {}", m.digest);
+        let names: Vec<String> =
+            m.names.iter().map(|n| if n.origin.is_empty() { n.name.clone() } else { format!("{} (from {})", n.name, n.origin) }).collect();
+        let _ = writeln!(out, "  names:   {}", names.join(", "));
+        let _ = writeln!(out, "  origins: {}", m.origins.join(", "));
+        if let Some(c) = &m.config {
+            let _ = writeln!(out, "  config:  {}", c.digest);
+            write_served_by(&mut out, &c.served_by, "    ");
+        }
+        for (i, l) in m.layers.iter().enumerate() {
+            let _ = writeln!(out, "  layer {i}: {} (diffID {}) {}", l.blob, l.diff_id, if l.public { "public" } else { "protected" });
+            write_served_by(&mut out, &l.served_by, "    ");
+        }
+        for g in &m.grants {
+            let _ = writeln!(
+                out,
+                "  grant: namespace={} principal={:?} origin={} identity={} verified={}",
+                g.namespace,
+                g.principal,
+                g.origin,
+                g.identity,
+                fmt_unix(g.verified_at_unix)
+            );
+        }
+    }
+    if let Some(l) = &r.layer {
+        let _ = writeln!(out, "layer {} {}", l.diff_id, if l.public { "public" } else { "protected" });
+        let _ = writeln!(out, "  in manifests: {}", l.manifests.join(", "));
+        for b in &l.blobs {
+            let _ = writeln!(out, "  blob {}", b.digest);
+            write_served_by(&mut out, &b.served_by, "    ");
+        }
+    }
+    if let Some(b) = &r.blob {
+        let _ = writeln!(out, "blob {}", b.digest);
+        write_served_by(&mut out, &b.served_by, "  ");
+    }
+    out
 }
 
 #[tonic::async_trait]
@@ -301,17 +357,7 @@ impl Pullgate for Api {
         let ns = (!r.namespace.is_empty()).then_some(r.namespace.as_str());
         let grants = self.puller.snap.store().read(|tx| ledger::grants(tx, ns)).map_err(ApiError::from)?;
         Ok(Response::new(proto::GrantsResponse {
-            grants: grants
-                .into_iter()
-                .map(|g| proto::Grant {
-                    namespace: g.namespace,
-                    principal: g.principal,
-                    origin: g.origin,
-                    manifest: g.manifest,
-                    identity: short(&g.grant.identity),
-                    verified_at_unix: g.grant.verified_at / 1_000_000_000,
-                })
-                .collect(),
+            grants: grants.iter().map(grant_of).collect(),
         }))
     }
 
@@ -334,8 +380,7 @@ impl Pullgate for Api {
 
     async fn inspect(&self, req: Request<proto::InspectRequest>) -> std::result::Result<Response<proto::InspectResponse>, Status> {
         let r = req.into_inner();
-        let text = self.inspect(&r.target)?;
-        Ok(Response::new(proto::InspectResponse { text }))
+        Ok(Response::new(self.inspect(&r.target)?))
     }
 }
 

@@ -126,7 +126,12 @@ pub enum Command {
         reference: Option<String>,
     },
     /// Show what pullgate recorded about an image reference or a digest.
-    Inspect { target: String },
+    Inspect {
+        /// Output format: text, or json (one JSON value on standard output; field names are stable).
+        #[arg(long, short = 'o', value_enum, default_value = "text")]
+        output: Output,
+        target: String,
+    },
 }
 
 /// A bare level ("debug") applies to pullgate's own events; the libraries underneath (h2,
@@ -264,6 +269,48 @@ fn report(out: proto::PullResponse, output: Output) -> i32 {
     0
 }
 
+fn unix_rfc3339(secs: i64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.max(0) as u64)).to_string()
+}
+
+fn grant_json(g: &proto::Grant) -> serde_json::Value {
+    serde_json::json!({ "namespace": g.namespace, "principal": g.principal, "origin": g.origin,
+        "manifest": g.manifest, "identity": g.identity, "verified_at": unix_rfc3339(g.verified_at_unix) })
+}
+
+fn served_by_json(s: &[proto::BlobOrigin]) -> serde_json::Value {
+    s.iter().map(|o| serde_json::json!({ "origin": o.origin, "identities": o.identities })).collect()
+}
+
+fn blob_json(b: &proto::InspectedBlob) -> serde_json::Value {
+    serde_json::json!({ "digest": b.digest, "served_by": served_by_json(&b.served_by) })
+}
+
+/// `inspect -o json`: `{"manifests": [...], "layer": {...} or null, "blob": {...} or null}`.
+fn inspection_json(r: &proto::InspectResponse) -> serde_json::Value {
+    let manifests: Vec<_> = r
+        .manifests
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "digest": m.digest,
+                "names": m.names.iter().map(|n| serde_json::json!({ "name": n.name, "origin": n.origin })).collect::<Vec<_>>(),
+                "origins": m.origins,
+                "config": m.config.as_ref().map(blob_json),
+                "layers": m.layers.iter().map(|l| serde_json::json!({ "blob": l.blob, "diff_id": l.diff_id, "public": l.public,
+                    "served_by": served_by_json(&l.served_by) })).collect::<Vec<_>>(),
+                "grants": m.grants.iter().map(grant_json).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "manifests": manifests,
+        "layer": r.layer.as_ref().map(|l| serde_json::json!({ "diff_id": l.diff_id, "public": l.public, "manifests": l.manifests,
+            "blobs": l.blobs.iter().map(blob_json).collect::<Vec<_>>() })),
+        "blob": r.blob.as_ref().map(blob_json),
+    })
+}
+
 /// A reference the command was given, checked here so that a malformed one is a usage error
 /// (exit 2) whether or not the daemon is up.
 fn check_reference(reference: &str) -> Result<(), i32> {
@@ -328,10 +375,7 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
                             .into_inner()
                             .grants
                             .iter()
-                            .map(|g| {
-                                serde_json::json!({ "namespace": g.namespace, "principal": g.principal, "origin": g.origin,
-                                    "manifest": g.manifest, "identity": g.identity, "verified_at": when(g).to_string() })
-                            })
+                            .map(grant_json)
                             .collect();
                         println!("{}", serde_json::Value::Array(all));
                         return 0;
@@ -374,15 +418,17 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
                 Err(s) => fail(s),
             }
         }
-        Command::Inspect { target, .. } => {
-            match c.inspect(proto::InspectRequest { target }).await {
-                Ok(r) => {
-                    print!("{}", r.into_inner().text);
-                    0
+        Command::Inspect { target, output } => match c.inspect(proto::InspectRequest { target }).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                match output {
+                    Output::Json => println!("{}", inspection_json(&r)),
+                    Output::Text => print!("{}", r.text),
                 }
-                Err(s) => fail(s),
+                0
             }
-        }
+            Err(s) => fail(s),
+        },
     }
 }
 
@@ -442,6 +488,7 @@ mod tests {
             vec!["pullgate", "revoke", "-n", "x", "--principal", "p", "reg.io/a"],
             vec!["pullgate", "revoke", "-n", "x"],
             vec!["pullgate", "inspect", "reg.io/a:v1"],
+            vec!["pullgate", "inspect", "-o", "json", "reg.io/a:v1"],
             vec!["pullgate", "serve", "--config", "/etc/x.toml"],
         ] {
             Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
