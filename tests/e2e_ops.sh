@@ -46,7 +46,7 @@ check "registry requests: successes counted" test "$(metric 'pullgate_registry_r
 check "registry requests: the 401 challenge counted" test "$(metric 'pullgate_registry_requests_total{kind="registry",outcome="unauthorized"}')" -ge 1
 check "pullgate's own unpack: prepares allowed" test "$(metric 'pullgate_gate_decisions_total{verb="prepare",result="allow",reason="none"}')" -ge 3
 check "one grant" test "$(metric pullgate_grants)" = 1
-check "committed snapshots counted (3 layers)" test "$(metric 'pullgate_snapshots{kind="committed"}')" -ge 3
+check "committed snapshots counted (the image's 6 layers)" test "$(metric 'pullgate_snapshots{kind="committed"}')" -ge 6
 check "committed snapshots' disk usage > 7 MB" test "$(metric pullgate_snapshots_committed_bytes)" -gt 7000000
 check "the metadata database size is reported" test "$(metric pullgate_metadata_database_bytes)" -gt 0
 # Tenant B gets the image as a tarball from A (no password) and tries to run it.
@@ -82,3 +82,31 @@ for line in open(sys.argv[1]):
 assert n > 5' "$PG/log"
 check_out "a grant is logged with its fields" '"message":"grant recorded"' cat "$PG/log"
 check "the password appears nowhere in the log" not grep -qF "$PW" "$PG/log"
+
+log "3. inspect -o json"
+json_is() { python3 -c "import json,sys; v=json.loads(sys.stdin.read()); sys.exit(0 if ($1) else 1)"; }
+out=$(pg inspect -o json "$IMG"); printf "%s\n" "$out" > "$WORK/inspect.json"
+check "inspect -o json of the reference: one manifest with its name, origin, config and its 6 layers, protected, served by the origin" json_is "
+len(v['manifests']) == 1 and v['layer'] is None and v['blob'] is None
+and (m := v['manifests'][0])['digest'].startswith('sha256:')
+and m['names'] == [{'name': '$IMG', 'origin': 'http://$REG_h/private/app'}] and m['origins'] == ['http://$REG_h/private/app']
+and m['config']['digest'].startswith('sha256:') and m['config']['served_by'][0]['origin'] == 'http://$REG_h/private/app'
+and len(m['layers']) == 6 and all(l['public'] is False and l['diff_id'].startswith('sha256:') and l['blob'].startswith('sha256:')
+  and l['served_by'][0]['identities'][0].startswith('id:') for l in m['layers'])" <<<"$out"
+check "and its grants, A's and B's, with the fields of grants -o json" json_is "
+sorted(g['namespace'] for g in v['manifests'][0]['grants']) == ['A', 'B']
+and all(set(g) == {'namespace', 'principal', 'origin', 'manifest', 'identity', 'verified_at'} and g['verified_at'].endswith('Z') for g in v['manifests'][0]['grants'])" <<<"$out"
+DIFF0=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["manifests"][0]["layers"][0]["diff_id"])' "$out")
+MDIG=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["manifests"][0]["digest"])' "$out")
+check "inspect -o json of a layer ID: the layer, its manifest and blob" json_is \
+  "v['manifests'] == [] and v['layer']['diff_id'] == '$DIFF0' and v['layer']['manifests'] == ['$MDIG'] and len(v['layer']['blobs']) == 1" <<<"$(pg inspect -o json "$DIFF0")"
+check_out "the text form is unchanged: layer lines" "  layer 2: sha256:" pg inspect "$IMG"
+pg inspect -o json "$REG_h/private/none:v1" >/dev/null 2>&1; check "inspect -o json of something unknown: exit 4" test $? -eq 4
+
+log "4. --user USER asks for the password on a terminal"
+out=$(python3 "$REPO/tests/ptyrun.py" --answer "Password:" "$PW" -- "$PG_BIN" verify --address "$PG/api.sock" -n P --plain-http --user alice "$IMG" 2>&1); rc=$?
+check "verify --user alice on a terminal prompts, takes the typed password and succeeds (rc=$rc)" bash -c "[ $rc -eq 0 ] && grep -q 'Password:' <<<'$out' && grep -q '^sha256:' <<<\"\$(tr -d '\r' <<<'$out')\""
+check "the typed password is not echoed" not grep -qF "$PW" <<<"$out"
+check "P holds the grant" test "$(grant_count P)" = 1
+out=$(python3 "$REPO/tests/ptyrun.py" --answer "Password:" "not-$PW" -- "$PG_BIN" verify --address "$PG/api.sock" -n P2 --plain-http --user alice "$IMG" 2>&1); rc=$?
+check "a wrong typed password: refused by the registry, exit 3 (rc=$rc)" test $rc -eq 3
