@@ -110,7 +110,7 @@ impl Api {
             let c = Credential::parse(&format!("{}:x", r.user))?;
             Some(Credential { user: c.user, secret: Secret::new(r.password) })
         };
-        let platform = if r.platform.is_empty() { "linux/amd64".to_string() } else { r.platform };
+        let platform = if r.platform.is_empty() { crate::registry::host_platform() } else { r.platform };
         crate::registry::parse_platform(&platform).map_err(ApiError::Invalid)?;
         if !r.hosts_dir.is_empty() {
             // The daemon reads no path a request names: the CLI reads --hosts-dir itself.

@@ -68,8 +68,8 @@ pub struct RegistryArgs {
     /// its `server` is used (TLS settings come from the daemon's [registry] hosts_dir).
     #[arg(long)]
     pub hosts_dir: Option<PathBuf>,
-    /// Platform to select from an index.
-    #[arg(long, default_value = "linux/amd64")]
+    /// Platform to select from an index (default: this machine's).
+    #[arg(long, default_value_t = crate::registry::host_platform())]
     pub platform: String,
 }
 

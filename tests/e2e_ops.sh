@@ -110,3 +110,12 @@ check "the typed password is not echoed" not grep -qF "$PW" <<<"$out"
 check "P holds the grant" test "$(grant_count P)" = 1
 out=$(python3 "$REPO/tests/ptyrun.py" --answer "Password:" "not-$PW" -- "$PG_BIN" verify --address "$PG/api.sock" -n P2 --plain-http --user alice "$IMG" 2>&1); rc=$?
 check "a wrong typed password: refused by the registry, exit 3 (rc=$rc)" test $rc -eq 3
+
+log "6. the transfer service's unpack platform is this machine's"
+check "dpkg's architecture maps to a containerd platform ($(node_platform))" test -n "$(node_platform)"
+check "the containerd config made from plugin/ names it" grep -qx "  platform = \"$(node_platform)\"" "$WORK/containerd/config.toml"
+if [ "$V" != 1.6 ]; then
+  check_out "containerd $V loaded its transfer service (it does not without a valid unpack target)" "io.containerd.transfer.v1" ctr_ plugins ls
+  check "and it is ok" bash -c "'${CTR[0]}' -a '${CTR[2]}' plugins ls | awk '\$2 ~ /transfer.v1/ {print \$NF}' | grep -qx ok"
+fi
+check_out "pullgate pull's --platform defaults to it" "[default: $(node_platform)]" "$PG_BIN" pull --help

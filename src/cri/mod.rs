@@ -68,16 +68,7 @@ pub struct Front {
     platform: String,
 }
 
-/// The platform kubelet's node runs, as pulls select it (`linux/amd64`, `linux/arm64`).
-fn host_platform() -> String {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "powerpc64" => "ppc64le",
-        a => a,
-    };
-    format!("linux/{arch}")
-}
+use crate::registry::host_platform;
 
 /// A channel to containerd's socket that connects on first use (and again after containerd
 /// restarts), so the front serves while containerd is still starting.

@@ -549,6 +549,22 @@ pub fn parse_manifest(f: &Fetched) -> std::result::Result<oci_spec::image::Image
 }
 
 /// `os/arch[/variant]`.
+/// The platform this machine runs, as containerd names it and pulls select it (`linux/amd64`,
+/// `linux/arm64`, `linux/arm/v7`).
+pub fn host_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "arm" => "arm/v7",
+        "x86" => "386",
+        "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
+        "riscv64" => "riscv64",
+        "s390x" => "s390x",
+        a => a,
+    };
+    format!("linux/{arch}")
+}
+
 pub fn parse_platform(p: &str) -> std::result::Result<(String, String, Option<String>), String> {
     let parts: Vec<&str> = p.split('/').collect();
     let ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
