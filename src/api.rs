@@ -120,7 +120,7 @@ impl Api {
         if let Some(s) = &server {
             crate::registry::hosts::endpoint(&reference.host, None, r.plain_http, Some(s)).map_err(|e| ApiError::Invalid(e.to_string()))?;
         }
-        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, server, platform, image_labels: Default::default(), extra_names: vec![], for_pods: false })
+        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, server, platform, image_labels: Default::default(), extra_names: vec![], for_pods: false, progress: None })
     }
 
     /// Every origin a grant for `r` may be recorded under: origins name the endpoint that
@@ -329,8 +329,64 @@ fn render_inspection(r: &proto::InspectResponse) -> String {
     out
 }
 
+fn progress_event(p: &crate::progress::Progress) -> proto::PullEvent {
+    let blobs = p
+        .snapshot()
+        .1
+        .into_iter()
+        .map(|e| proto::BlobProgress { digest: e.digest, state: e.state.as_str().to_string(), offset: e.offset, total: e.total })
+        .collect();
+    proto::PullEvent { event: Some(proto::pull_event::Event::Progress(proto::PullProgress { blobs })) }
+}
+
+/// How often a pull's progress is sent (when it changed).
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+type PullEvents = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = std::result::Result<proto::PullEvent, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Pullgate for Api {
+    type PullWithProgressStream = PullEvents;
+
+    async fn pull_with_progress(&self, req: Request<proto::PullRequest>) -> std::result::Result<Response<PullEvents>, Status> {
+        let mut r = Self::pull_request(req.into_inner())?;
+        let progress = crate::progress::Progress::new();
+        r.progress = Some(progress.clone());
+        let puller = self.puller.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let pull = puller.pull(&r);
+            tokio::pin!(pull);
+            let mut tick = tokio::time::interval(PROGRESS_EVERY);
+            let mut sent = None;
+            let out = loop {
+                tokio::select! {
+                    out = &mut pull => break out,
+                    _ = tick.tick() => {
+                        let version = progress.snapshot().0;
+                        if sent != Some(version) {
+                            sent = Some(version);
+                            // The client went away: drop the pull, as a unary call's is dropped.
+                            if tx.send(Ok(progress_event(&progress))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            };
+            let last = match out {
+                Ok(o) => {
+                    progress.settle();
+                    let _ = tx.send(Ok(progress_event(&progress))).await;
+                    Ok(proto::PullEvent { event: Some(proto::pull_event::Event::Done(Self::pull_response(o))) })
+                }
+                Err(e) => Err(Status::from(ApiError::from(e))),
+            };
+            let _ = tx.send(last).await;
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
     async fn pull(&self, req: Request<proto::PullRequest>) -> std::result::Result<Response<proto::PullResponse>, Status> {
         let r = Self::pull_request(req.into_inner())?;
         let out = self.puller.pull(&r).await.map_err(ApiError::from)?;

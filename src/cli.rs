@@ -88,6 +88,10 @@ pub enum Command {
         target: Target,
         #[command(flatten)]
         registry: RegistryArgs,
+        /// No progress display (it is shown only when standard output is a terminal and the
+        /// output is text).
+        #[arg(long, short = 'q')]
+        quiet: bool,
         /// Image reference, e.g. registry.example.com:5000/team/app:v1.
         reference: String,
     },
@@ -311,6 +315,76 @@ fn inspection_json(r: &proto::InspectResponse) -> serde_json::Value {
     })
 }
 
+/// Sizes as `ctr images pull` shows them.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut v, mut u) = (n as f64, 0);
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+/// One blob's progress line: `sha256:0123456789ab: downloading |+++++---| 1.5 MiB/3.0 MiB`.
+fn progress_line(b: &proto::BlobProgress) -> String {
+    const WIDTH: u64 = 40;
+    let short: String = b.digest.chars().take("sha256:".len() + 12).collect();
+    let filled = if b.total == 0 { if b.state == "waiting" { 0 } else { WIDTH } } else { (b.offset.min(b.total) * WIDTH) / b.total };
+    let bar: String = (0..WIDTH).map(|i| if i < filled { '+' } else { '-' }).collect();
+    format!("{short}: {:<12}|{bar}| {}/{}", b.state, human_bytes(b.offset), human_bytes(b.total))
+}
+
+/// Redraws the progress of a pull in place on the terminal (as `ctr images pull` does).
+struct ProgressView {
+    lines: usize,
+    started: std::time::Instant,
+}
+
+impl ProgressView {
+    fn draw(&mut self, blobs: &[proto::BlobProgress]) {
+        use std::io::Write;
+        let mut s = String::new();
+        if self.lines > 0 {
+            s.push_str(&format!("\x1b[{}A", self.lines));
+        }
+        for b in blobs {
+            s.push_str("\r\x1b[2K");
+            s.push_str(&progress_line(b));
+            s.push('\n');
+        }
+        let secs = self.started.elapsed().as_secs_f64();
+        let fetched: u64 = blobs.iter().filter(|b| b.state == "downloading" || b.state == "done").map(|b| b.offset).sum();
+        s.push_str(&format!("\r\x1b[2Kelapsed: {secs:.1} s    downloaded: {} ({}/s)\n", human_bytes(fetched), human_bytes((fetched as f64 / secs.max(0.001)) as u64)));
+        self.lines = blobs.len() + 1;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(s.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+/// `pullgate pull` on a terminal: the daemon's progress events drawn as they come, then the
+/// usual result.
+async fn pull_with_progress(c: &mut PullgateClient<tonic::transport::Channel>, req: proto::PullRequest) -> i32 {
+    let mut stream = match c.pull_with_progress(req).await {
+        Ok(s) => s.into_inner(),
+        Err(s) => return fail(s),
+    };
+    let mut view = ProgressView { lines: 0, started: std::time::Instant::now() };
+    loop {
+        match stream.message().await {
+            Ok(Some(proto::PullEvent { event: Some(proto::pull_event::Event::Progress(p)) })) => view.draw(&p.blobs),
+            Ok(Some(proto::PullEvent { event: Some(proto::pull_event::Event::Done(out)) })) => return report(out, Output::Text),
+            Ok(Some(proto::PullEvent { event: None })) => {}
+            Ok(None) => {
+                eprintln!("pullgate: the pull's progress stream ended without a result");
+                return EXIT_FAILURE;
+            }
+            Err(s) => return fail(s),
+        }
+    }
+}
+
 /// A reference the command was given, checked here so that a malformed one is a usage error
 /// (exit 2) whether or not the daemon is up.
 fn check_reference(reference: &str) -> Result<(), i32> {
@@ -329,7 +403,7 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
         return code;
     }
     let pull = match &cmd {
-        Command::Pull { target, registry, reference } | Command::Verify { target, registry, reference } => match pull_request(target, registry, reference.clone()) {
+        Command::Pull { target, registry, reference, .. } | Command::Verify { target, registry, reference } => match pull_request(target, registry, reference.clone()) {
             Ok(r) => Some(r),
             Err(code) => return code,
         },
@@ -343,6 +417,11 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
         Command::Serve { .. } => EXIT_USAGE,
         Command::Pull { .. } | Command::Verify { .. } => {
             let Some(req) = pull else { return EXIT_FAILURE };
+            if let Command::Pull { target, quiet: false, .. } = &cmd {
+                if target.output == Output::Text && std::io::stdout().is_terminal() {
+                    return pull_with_progress(&mut c, req).await;
+                }
+            }
             let out = if matches!(cmd, Command::Verify { .. }) { c.verify(req).await } else { c.pull(req).await };
             let output = match &cmd {
                 Command::Pull { target, .. } | Command::Verify { target, .. } => target.output,
@@ -472,6 +551,14 @@ mod tests {
     }
 
     #[test]
+    fn progress_lines() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(3 * 1024 * 1024 / 2), "1.5 MiB");
+        let b = proto::BlobProgress { digest: format!("sha256:{}", "ab".repeat(32)), state: "downloading".into(), offset: 1024 * 1024, total: 4 * 1024 * 1024 };
+        assert_eq!(progress_line(&b), format!("sha256:abababababab: downloading |{}{}| 1.0 MiB/4.0 MiB", "+".repeat(10), "-".repeat(30)));
+    }
+
+    #[test]
     fn contract_parses() {
         let c = Cli::try_parse_from(["pullgate", "pull", "-n", "b", "--principal", "p", "--user", "u:p", "--plain-http", "--hosts-dir", "/d", "--platform", "linux/arm64", "--address", "/s", "reg.io/a:v1"]).unwrap();
         assert!(matches!(c.command, Command::Pull { .. }));
@@ -489,6 +576,8 @@ mod tests {
             vec!["pullgate", "revoke", "-n", "x"],
             vec!["pullgate", "inspect", "reg.io/a:v1"],
             vec!["pullgate", "inspect", "-o", "json", "reg.io/a:v1"],
+            vec!["pullgate", "pull", "-q", "reg.io/a:v1"],
+            vec!["pullgate", "pull", "--quiet", "reg.io/a:v1"],
             vec!["pullgate", "serve", "--config", "/etc/x.toml"],
         ] {
             Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));

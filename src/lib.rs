@@ -20,6 +20,7 @@ pub mod dockerconfig;
 pub mod gate;
 pub mod ledger;
 pub mod metrics;
+pub mod progress;
 pub mod pull;
 mod metastore;
 pub mod reference;

@@ -208,6 +208,7 @@ impl Front {
             image_labels: HashMap::from([(MANAGED_LABEL.0.to_string(), MANAGED_LABEL.1.to_string())]),
             extra_names,
             for_pods: true,
+            progress: None,
         };
         let out = self.puller.pull(&preq).await.map_err(|e| {
             let s = Status::from(crate::api::ApiError::Pull(e));

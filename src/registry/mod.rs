@@ -112,6 +112,8 @@ pub struct Session {
     authenticated: bool,
     /// Deadline for a whole answer (manifests, tokens) and base deadline for a blob.
     total: Duration,
+    /// Where blob downloads report their bytes (a pull shown on a terminal).
+    progress: Option<std::sync::Arc<crate::progress::Progress>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -141,7 +143,12 @@ impl Session {
         }
         let http = b.build().map_err(|e| RegistryError::Config(e.to_string()))?;
         let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
-        Ok(Session { http, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false, total })
+        Ok(Session { http, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false, total, progress: None })
+    }
+
+    /// Blob downloads from now on (and from clones made after) report to `progress`.
+    pub fn report_to(&mut self, progress: Option<std::sync::Arc<crate::progress::Progress>>) {
+        self.progress = progress;
     }
 
     /// The endpoint this session talks to, as origins name it: `host[:port]` for https (the
@@ -401,7 +408,11 @@ impl Session {
             return Err(RegistryError::NotFound { host: self.host.clone(), repo: self.repo.clone(), what: format!("blob {digest}") });
         }
         let deadline = std::time::Instant::now() + self.total + Duration::from_secs(size / MIN_BLOB_RATE);
+        if let Some(p) = &self.progress {
+            p.start(digest, size);
+        }
         Ok(BlobReader {
+            progress: self.progress.clone(),
             deadline,
             stream: Box::pin(resp.bytes_stream()),
             hasher: Sha256::new(),
@@ -424,6 +435,7 @@ impl Session {
             authz: None,
             authenticated: false,
             total: self.total,
+            progress: None,
         };
         matches!(anon.blob_exists(digest).await, Ok(true))
     }
@@ -439,6 +451,7 @@ pub struct BlobReader {
     digest: String,
     host: String,
     done: bool,
+    progress: Option<std::sync::Arc<crate::progress::Progress>>,
 }
 
 impl BlobReader {
@@ -470,6 +483,9 @@ impl BlobReader {
                     });
                 }
                 self.hasher.update(&chunk);
+                if let Some(p) = &self.progress {
+                    p.advance(&self.digest, chunk.len() as u64);
+                }
                 Ok(Some(chunk))
             }
             Some(Err(e)) => {
@@ -485,6 +501,9 @@ impl BlobReader {
                         expected: self.digest.clone(),
                         actual: format!("{actual} ({} bytes)", self.got),
                     });
+                }
+                if let Some(p) = &self.progress {
+                    p.finish(&self.digest);
                 }
                 Ok(None)
             }
