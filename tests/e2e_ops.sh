@@ -13,7 +13,9 @@ log "containerd $V (operations): setup"
 python3 "$REPO/tests/mkimage.py" "$WORK/priv" --tag v1 --message "private ops app" --extra-layers 2 --layer-mb 3 --seed 61 >/dev/null
 start_registry h htpasswd alice "$PW" || exit 1
 IMG=$REG_h/private/app:v1
-push_image "$WORK/priv" v1 "$IMG" "alice:$PW" || { fail "push the test image"; exit 1; }
+python3 "$REPO/tests/mkimage.py" "$WORK/big" --tag v1 --message "big ops app" --extra-layers 2 --layer-mb 8 --seed 67 >/dev/null
+BIG=$REG_h/private/big:v1
+push_image "$WORK/priv" v1 "$IMG" "alice:$PW" && push_image "$WORK/big" v1 "$BIG" "alice:$PW" || { fail "push the test images"; exit 1; }
 PG=$WORK/pullgate
 pullgate_config "$PG"
 MPORT=$(free_port)
@@ -111,11 +113,44 @@ check "P holds the grant" test "$(grant_count P)" = 1
 out=$(python3 "$REPO/tests/ptyrun.py" --answer "Password:" "not-$PW" -- "$PG_BIN" verify --address "$PG/api.sock" -n P2 --plain-http --user alice "$IMG" 2>&1); rc=$?
 check "a wrong typed password: refused by the registry, exit 3 (rc=$rc)" test $rc -eq 3
 
+log "5. pull shows per-blob progress on a terminal, and nothing else when not on one"
+ptyrun() { python3 "$REPO/tests/ptyrun.py" "$@"; }
+ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q1 --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress1.raw" 2>&1; rc=$?
+tr -d '\r' < "$WORK/progress1.raw" | sed 's/\x1b\[[0-9]*[A-Z]//g' > "$WORK/progress1.txt"
+NBIG=$(python3 -c "import json,sys; print(len(json.loads(sys.argv[1])['manifests'][0]['layers']))" "$(pg inspect -o json "$BIG")")
+check "pull on a terminal succeeds (rc=$rc)" test $rc -eq 0
+check "it redraws in place (cursor-up escapes)" grep -qP '\x1b\[[0-9]+A' "$WORK/progress1.raw"
+# The last frame: one line per blob (config and $NBIG layers), each done, its bytes in full.
+last=$(grep -E '^sha256:[0-9a-f]{12}: ' "$WORK/progress1.txt" | tail -n $((NBIG + 1)))
+# The base layers it shares with the first image are on the node already (exists); its own two
+# 8 MiB layers are downloaded (done).
+check "the last frame lists the config and the $NBIG layers, each done or exists, with every byte" bash -c "
+  [ \$(grep -cE '^sha256:[0-9a-f]{12}: (done|exists) +\|\+{40}\| ([0-9.]+ [KMG]?i?B)/\\2\$' <<<'$last') -eq $((NBIG + 1)) ]"
+check "its two 8 MiB layers were downloaded, and show their size" test "$(grep -cE '^sha256:[0-9a-f]{12}: done +\|\+{40}\| 8\.0 MiB/8\.0 MiB$' <<<"$last")" -eq 2
+check "an elapsed/downloaded line" grep -qE '^elapsed: [0-9.]+ s +downloaded: [0-9.]+ MiB' "$WORK/progress1.txt"
+check "then the manifest digest and the summary, as without progress" bash -c "grep -qE '^sha256:[0-9a-f]{64}\$' '$WORK/progress1.txt' && grep -q 'blob(s) downloaded' '$WORK/progress1.txt'"
+ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q2 --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress2.raw" 2>&1
+tr -d '\r' < "$WORK/progress2.raw" | sed 's/\x1b\[[0-9]*[A-Z]//g' > "$WORK/progress2.txt"
+check "a second namespace's pull: every blob exists on the node already, nothing downloading" bash -c "
+  [ \$(grep -E '^sha256:[0-9a-f]{12}: ' '$WORK/progress2.txt' | tail -n $((NBIG + 1)) | grep -cE ': exists ') -eq $((NBIG + 1)) ] && ! grep -q ': done ' '$WORK/progress2.txt'"
+ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q3 -q --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress3.raw" 2>&1; rc=$?
+check "pull -q on a terminal: no progress, the digest (rc=$rc)" bash -c "[ $rc -eq 0 ] && ! grep -qE '\|\+|elapsed:|\x1b\[' '$WORK/progress3.raw' && grep -qE '^sha256:[0-9a-f]{64}' '$WORK/progress3.raw'"
+ptyrun --stdout-file "$WORK/progress4.out" -- "$PG_BIN" pull --address "$PG/api.sock" -n Q4 --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress4.tty" 2>&1; rc=$?
+check "pull > file from a terminal: the file holds the digest alone, the terminal the summary (rc=$rc)" bash -c \
+  "[ $rc -eq 0 ] && grep -qxE 'sha256:[0-9a-f]{64}' '$WORK/progress4.out' && [ \$(wc -l < '$WORK/progress4.out') -eq 1 ] && ! grep -qE '\|\+|elapsed:' '$WORK/progress4.tty'"
+pg pull -n Q5 --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress5.out" 2> "$WORK/progress5.err"; rc=$?
+check "pull with no terminal at all: stdout is the digest alone, stderr the one summary line (rc=$rc)" bash -c \
+  "[ $rc -eq 0 ] && grep -qxE 'sha256:[0-9a-f]{64}' '$WORK/progress5.out' && [ \$(wc -l < '$WORK/progress5.out') -eq 1 ] && [ \$(wc -l < '$WORK/progress5.err') -eq 1 ] && grep -q 'blob(s) downloaded' '$WORK/progress5.err'"
+out=$(ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q6 --plain-http --user "alice:wrong" "$BIG" 2>&1); rc=$?
+check "a refused pull on a terminal: the error and exit 3, as without progress (rc=$rc)" bash -c "[ $rc -eq 3 ] && grep -q 'rejected the credentials' <<<'$out'"
+
 log "6. the transfer service's unpack platform is this machine's"
 check "dpkg's architecture maps to a containerd platform ($(node_platform))" test -n "$(node_platform)"
 check "the containerd config made from plugin/ names it" grep -qx "  platform = \"$(node_platform)\"" "$WORK/containerd/config.toml"
 if [ "$V" != 1.6 ]; then
   check_out "containerd $V loaded its transfer service (it does not without a valid unpack target)" "io.containerd.transfer.v1" ctr_ plugins ls
-  check "and it is ok" bash -c "'${CTR[0]}' -a '${CTR[2]}' plugins ls | awk '\$2 ~ /transfer.v1/ {print \$NF}' | grep -qx ok"
+  check "and it is ok" bash -c "'${CTR[0]}' -a '${CTR[2]}' plugins ls | awk '\$1 ~ /transfer.v1/ {print \$NF}' | grep -qx ok"
 fi
 check_out "pullgate pull's --platform defaults to it" "[default: $(node_platform)]" "$PG_BIN" pull --help
+
+summary "e2e ops (containerd $V)"
