@@ -363,8 +363,9 @@ impl Pullgate for Api {
                 tokio::select! {
                     out = &mut pull => break out,
                     _ = tick.tick() => {
+                        // Version 0: the manifest is not resolved yet, there is nothing to show.
                         let version = progress.snapshot().0;
-                        if sent != Some(version) {
+                        if version > 0 && sent != Some(version) {
                             sent = Some(version);
                             // The client went away: drop the pull, as a unary call's is dropped.
                             if tx.send(Ok(progress_event(&progress))).await.is_err() {

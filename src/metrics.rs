@@ -152,6 +152,18 @@ pub fn record_gate<T>(verb: Verb, out: &Result<T, SnapshotterError>) {
     METRICS.gate.get_or_create(&GateLabels { verb, result, reason }).inc();
 }
 
+/// A Snapshots-service call: the gate's decision when `op` is one the gate decides (Prepare,
+/// View, Mounts).
+pub fn record_snapshot_call<T>(op: &str, out: &Result<T, SnapshotterError>) {
+    let verb = match op {
+        "prepare" => Verb::prepare,
+        "view" => Verb::view,
+        "mounts" => Verb::mounts,
+        _ => return,
+    };
+    record_gate(verb, out);
+}
+
 /// The result class of a pull or verify.
 fn pull_result<T>(out: &Result<T, PullError>) -> &'static str {
     match out {

@@ -50,9 +50,7 @@ impl Service {
         let out = tokio::task::spawn_blocking(move || f(&snap))
             .await
             .map_err(|e| Status::internal(format!("{op}: worker failed: {e}")))?;
-        if let Some(verb) = match op { "prepare" => Some(crate::metrics::Verb::prepare), "view" => Some(crate::metrics::Verb::view), "mounts" => Some(crate::metrics::Verb::mounts), _ => None } {
-            crate::metrics::record_gate(verb, &out);
-        }
+        crate::metrics::record_snapshot_call(op, &out);
         if let Err(e) = &out {
             tracing::debug!(op, error = %e, "request refused");
         }
