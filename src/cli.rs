@@ -330,7 +330,8 @@ fn human_bytes(n: u64) -> String {
 fn progress_line(b: &proto::BlobProgress) -> String {
     const WIDTH: u64 = 40;
     let short: String = b.digest.chars().take("sha256:".len() + 12).collect();
-    let filled = if b.total == 0 { if b.state == "waiting" { 0 } else { WIDTH } } else { (b.offset.min(b.total) * WIDTH) / b.total };
+    // An empty blob is all or nothing.
+    let filled = b.offset.min(b.total).saturating_mul(WIDTH).checked_div(b.total).unwrap_or(if b.state == "waiting" { 0 } else { WIDTH });
     let bar: String = (0..WIDTH).map(|i| if i < filled { '+' } else { '-' }).collect();
     format!("{short}: {:<12}|{bar}| {}/{}", b.state, human_bytes(b.offset), human_bytes(b.total))
 }
