@@ -66,6 +66,8 @@ for v in 1.6 1.7 2.1; do
   bash tests/e2e_cri.sh "$v" || failed+=("e2e cri containerd $v")
   step "end to end: pullgate doctor against sound and broken containerd configs, version $v"
   bash tests/e2e_doctor.sh "$v" || failed+=("e2e doctor containerd $v")
+  step "end to end: operating pullgate (metrics, JSON log and output, password prompt, progress) under containerd $v"
+  bash tests/e2e_ops.sh "$v" || failed+=("e2e ops containerd $v")
 done
 
 for v in 1.6 2.1; do

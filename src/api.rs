@@ -110,7 +110,7 @@ impl Api {
             let c = Credential::parse(&format!("{}:x", r.user))?;
             Some(Credential { user: c.user, secret: Secret::new(r.password) })
         };
-        let platform = if r.platform.is_empty() { "linux/amd64".to_string() } else { r.platform };
+        let platform = if r.platform.is_empty() { crate::registry::host_platform() } else { r.platform };
         crate::registry::parse_platform(&platform).map_err(ApiError::Invalid)?;
         if !r.hosts_dir.is_empty() {
             // The daemon reads no path a request names: the CLI reads --hosts-dir itself.
@@ -120,7 +120,7 @@ impl Api {
         if let Some(s) = &server {
             crate::registry::hosts::endpoint(&reference.host, None, r.plain_http, Some(s)).map_err(|e| ApiError::Invalid(e.to_string()))?;
         }
-        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, server, platform, image_labels: Default::default(), extra_names: vec![], for_pods: false })
+        Ok(pull::Request { reference, namespace: r.namespace, principal: r.principal, cred, plain_http: r.plain_http, server, platform, image_labels: Default::default(), extra_names: vec![], for_pods: false, progress: None })
     }
 
     /// Every origin a grant for `r` may be recorded under: origins name the endpoint that
@@ -200,84 +200,197 @@ impl Api {
         }
     }
 
-    fn inspect(&self, target: &str) -> Result<String> {
+    /// What pullgate recorded about `target` (a reference, or a manifest, layer or blob
+    /// digest), as data; `text` is rendered from it.
+    fn inspect(&self, target: &str) -> Result<proto::InspectResponse> {
         let store = self.puller.snap.store();
-        store
-            .read(|tx| -> std::result::Result<_, ApiError> {
-                let mut out = String::new();
-                let manifests = if is_digest(target) {
-                    ledger::manifest(tx, target)?.map(|m| vec![(target.to_string(), m)]).unwrap_or_default()
-                } else {
-                    let r = Reference::parse(target)?;
-                    ledger::manifests_named(tx, &self.origins_of(&r), &r.image_name())?
-                };
-                for (digest, m) in &manifests {
-                    let _ = writeln!(out, "manifest {digest}");
-                    let names: Vec<String> = m
+        let mut out = store.read(|tx| -> std::result::Result<_, ApiError> {
+            let mut out = proto::InspectResponse::default();
+            let manifests = if is_digest(target) {
+                ledger::manifest(tx, target)?.map(|m| vec![(target.to_string(), m)]).unwrap_or_default()
+            } else {
+                let r = Reference::parse(target)?;
+                ledger::manifests_named(tx, &self.origins_of(&r), &r.image_name())?
+            };
+            let grants = if manifests.is_empty() { Vec::new() } else { ledger::grants(tx, None)? };
+            for (digest, m) in &manifests {
+                let mut layers = Vec::new();
+                for (b, d) in m.layers.iter().zip(&m.diff_ids) {
+                    let public = ledger::layer(tx, d)?.is_some_and(|l| l.public);
+                    layers.push(proto::InspectedLayer { blob: b.clone(), diff_id: d.clone(), public, served_by: blob_origins(tx, b)? });
+                }
+                out.manifests.push(proto::InspectedManifest {
+                    digest: digest.clone(),
+                    names: m
                         .names
                         .iter()
-                        .map(|e| match ledger::split_name(e) {
-                            (Some(o), n) => format!("{n} (from {o})"),
-                            (None, n) => n.to_string(),
+                        .map(|e| {
+                            let (origin, name) = ledger::split_name(e);
+                            proto::InspectedName { name: name.to_string(), origin: origin.unwrap_or_default().to_string() }
                         })
-                        .collect();
-                    let _ = writeln!(out, "  names:   {}", names.join(", "));
-                    let _ = writeln!(out, "  origins: {}", m.origins.iter().cloned().collect::<Vec<_>>().join(", "));
-                    let _ = writeln!(out, "  config:  {}", m.config);
-                    write_blob_origins(tx, &mut out, &m.config, "    ")?;
-                    for (i, (b, d)) in m.layers.iter().zip(&m.diff_ids).enumerate() {
-                        let public = ledger::layer(tx, d)?.is_some_and(|l| l.public);
-                        let _ = writeln!(out, "  layer {i}: {b} (diffID {d}) {}", if public { "public" } else { "protected" });
-                        write_blob_origins(tx, &mut out, b, "    ")?;
+                        .collect(),
+                    origins: m.origins.iter().cloned().collect(),
+                    config: Some(proto::InspectedBlob { digest: m.config.clone(), served_by: blob_origins(tx, &m.config)? }),
+                    layers,
+                    grants: grants.iter().filter(|g| &g.manifest == digest).map(grant_of).collect(),
+                });
+            }
+            if manifests.is_empty() && is_digest(target) {
+                if let Some(l) = ledger::layer(tx, target)? {
+                    let mut blobs = Vec::new();
+                    for b in &l.blobs {
+                        blobs.push(proto::InspectedBlob { digest: b.clone(), served_by: blob_origins(tx, b)? });
                     }
-                    for g in ledger::grants(tx, None)?.into_iter().filter(|g| &g.manifest == digest) {
-                        let _ = writeln!(
-                            out,
-                            "  grant: namespace={} principal={:?} origin={} identity={} verified={}",
-                            g.namespace,
-                            g.principal,
-                            g.origin,
-                            short(&g.grant.identity),
-                            fmt_time(g.grant.verified_at)
-                        );
+                    out.layer = Some(proto::InspectedLayerId { diff_id: target.to_string(), public: l.public, manifests: l.manifests.iter().cloned().collect(), blobs });
+                } else {
+                    let served_by = blob_origins(tx, target)?;
+                    if !served_by.is_empty() {
+                        out.blob = Some(proto::InspectedBlob { digest: target.to_string(), served_by });
                     }
                 }
-                if manifests.is_empty() && is_digest(target) {
-                    if let Some(l) = ledger::layer(tx, target)? {
-                        let _ = writeln!(out, "layer {target} {}", if l.public { "public" } else { "protected" });
-                        let _ = writeln!(out, "  in manifests: {}", l.manifests.iter().cloned().collect::<Vec<_>>().join(", "));
-                        for b in &l.blobs {
-                            let _ = writeln!(out, "  blob {b}");
-                            write_blob_origins(tx, &mut out, b, "    ")?;
-                        }
-                    } else if !ledger::blob_origins(tx, target)?.is_empty() {
-                        let _ = writeln!(out, "blob {target}");
-                        write_blob_origins(tx, &mut out, target, "  ")?;
-                    }
-                }
-                if out.is_empty() {
-                    return Err(ApiError::NotFound(format!("pullgate has no record of {target}")));
-                }
-                Ok(out)
-            })
+            }
+            Ok(out)
+        })?;
+        out.text = render_inspection(&out);
+        if out.text.is_empty() {
+            return Err(ApiError::NotFound(format!("pullgate has no record of {target}")));
+        }
+        Ok(out)
     }
 }
 
-fn fmt_time(nanos: i64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(nanos.max(0) as u64);
+fn grant_of(g: &ledger::GrantEntry) -> proto::Grant {
+    proto::Grant {
+        namespace: g.namespace.clone(),
+        principal: g.principal.clone(),
+        origin: g.origin.clone(),
+        manifest: g.manifest.clone(),
+        identity: short(&g.grant.identity),
+        verified_at_unix: g.grant.verified_at / 1_000_000_000,
+    }
+}
+
+fn blob_origins(tx: &impl crate::metastore::LedgerRead, blob: &str) -> std::result::Result<Vec<proto::BlobOrigin>, StoreError> {
+    Ok(ledger::blob_origins(tx, blob)?
+        .into_iter()
+        .map(|(origin, o)| proto::BlobOrigin { origin, identities: o.identities.iter().map(|i| short(i)).collect() })
+        .collect())
+}
+
+fn fmt_unix(secs: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.max(0) as u64);
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-fn write_blob_origins(tx: &impl crate::metastore::LedgerRead, out: &mut String, blob: &str, indent: &str) -> std::result::Result<(), StoreError> {
-    for (origin, o) in ledger::blob_origins(tx, blob)? {
-        let ids: Vec<String> = o.identities.iter().map(|i| short(i)).collect();
-        let _ = writeln!(out, "{indent}served by {origin} to {}", ids.join(", "));
+fn write_served_by(out: &mut String, served_by: &[proto::BlobOrigin], indent: &str) {
+    for o in served_by {
+        let _ = writeln!(out, "{indent}served by {} to {}", o.origin, o.identities.join(", "));
     }
-    Ok(())
 }
+
+/// `pullgate inspect`'s text.
+fn render_inspection(r: &proto::InspectResponse) -> String {
+    let mut out = String::new();
+    for m in &r.manifests {
+        let _ = writeln!(out, "manifest {}", m.digest);
+        let names: Vec<String> =
+            m.names.iter().map(|n| if n.origin.is_empty() { n.name.clone() } else { format!("{} (from {})", n.name, n.origin) }).collect();
+        let _ = writeln!(out, "  names:   {}", names.join(", "));
+        let _ = writeln!(out, "  origins: {}", m.origins.join(", "));
+        if let Some(c) = &m.config {
+            let _ = writeln!(out, "  config:  {}", c.digest);
+            write_served_by(&mut out, &c.served_by, "    ");
+        }
+        for (i, l) in m.layers.iter().enumerate() {
+            let _ = writeln!(out, "  layer {i}: {} (diffID {}) {}", l.blob, l.diff_id, if l.public { "public" } else { "protected" });
+            write_served_by(&mut out, &l.served_by, "    ");
+        }
+        for g in &m.grants {
+            let _ = writeln!(
+                out,
+                "  grant: namespace={} principal={:?} origin={} identity={} verified={}",
+                g.namespace,
+                g.principal,
+                g.origin,
+                g.identity,
+                fmt_unix(g.verified_at_unix)
+            );
+        }
+    }
+    if let Some(l) = &r.layer {
+        let _ = writeln!(out, "layer {} {}", l.diff_id, if l.public { "public" } else { "protected" });
+        let _ = writeln!(out, "  in manifests: {}", l.manifests.join(", "));
+        for b in &l.blobs {
+            let _ = writeln!(out, "  blob {}", b.digest);
+            write_served_by(&mut out, &b.served_by, "    ");
+        }
+    }
+    if let Some(b) = &r.blob {
+        let _ = writeln!(out, "blob {}", b.digest);
+        write_served_by(&mut out, &b.served_by, "  ");
+    }
+    out
+}
+
+fn progress_event(p: &crate::progress::Progress) -> proto::PullEvent {
+    let blobs = p
+        .snapshot()
+        .1
+        .into_iter()
+        .map(|e| proto::BlobProgress { digest: e.digest, state: e.state.as_str().to_string(), offset: e.offset, total: e.total })
+        .collect();
+    proto::PullEvent { event: Some(proto::pull_event::Event::Progress(proto::PullProgress { blobs })) }
+}
+
+/// How often a pull's progress is sent (when it changed).
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+type PullEvents = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = std::result::Result<proto::PullEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Pullgate for Api {
+    type PullWithProgressStream = PullEvents;
+
+    async fn pull_with_progress(&self, req: Request<proto::PullRequest>) -> std::result::Result<Response<PullEvents>, Status> {
+        let mut r = Self::pull_request(req.into_inner())?;
+        let progress = crate::progress::Progress::new();
+        r.progress = Some(progress.clone());
+        let puller = self.puller.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let pull = puller.pull(&r);
+            tokio::pin!(pull);
+            let mut tick = tokio::time::interval(PROGRESS_EVERY);
+            let mut sent = None;
+            let out = loop {
+                tokio::select! {
+                    out = &mut pull => break out,
+                    _ = tick.tick() => {
+                        // Version 0: the manifest is not resolved yet, there is nothing to show.
+                        let version = progress.snapshot().0;
+                        if version > 0 && sent != Some(version) {
+                            sent = Some(version);
+                            // The client went away: drop the pull, as a unary call's is dropped.
+                            if tx.send(Ok(progress_event(&progress))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            };
+            let last = match out {
+                Ok(o) => {
+                    progress.settle();
+                    let _ = tx.send(Ok(progress_event(&progress))).await;
+                    Ok(proto::PullEvent { event: Some(proto::pull_event::Event::Done(Self::pull_response(o))) })
+                }
+                Err(e) => Err(Status::from(ApiError::from(e))),
+            };
+            let _ = tx.send(last).await;
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
     async fn pull(&self, req: Request<proto::PullRequest>) -> std::result::Result<Response<proto::PullResponse>, Status> {
         let r = Self::pull_request(req.into_inner())?;
         let out = self.puller.pull(&r).await.map_err(ApiError::from)?;
@@ -304,17 +417,7 @@ impl Pullgate for Api {
         let ns = (!r.namespace.is_empty()).then_some(r.namespace.as_str());
         let grants = self.puller.snap.store().read(|tx| ledger::grants(tx, ns)).map_err(ApiError::from)?;
         Ok(Response::new(proto::GrantsResponse {
-            grants: grants
-                .into_iter()
-                .map(|g| proto::Grant {
-                    namespace: g.namespace,
-                    principal: g.principal,
-                    origin: g.origin,
-                    manifest: g.manifest,
-                    identity: short(&g.grant.identity),
-                    verified_at_unix: g.grant.verified_at / 1_000_000_000,
-                })
-                .collect(),
+            grants: grants.iter().map(grant_of).collect(),
         }))
     }
 
@@ -337,8 +440,7 @@ impl Pullgate for Api {
 
     async fn inspect(&self, req: Request<proto::InspectRequest>) -> std::result::Result<Response<proto::InspectResponse>, Status> {
         let r = req.into_inner();
-        let text = self.inspect(&r.target)?;
-        Ok(Response::new(proto::InspectResponse { text }))
+        Ok(Response::new(self.inspect(&r.target)?))
     }
 }
 

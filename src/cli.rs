@@ -70,8 +70,8 @@ pub struct RegistryArgs {
     /// its `server` is used (TLS settings come from the daemon's [registry] hosts_dir).
     #[arg(long)]
     pub hosts_dir: Option<PathBuf>,
-    /// Platform to select from an index.
-    #[arg(long, default_value = "linux/amd64")]
+    /// Platform to select from an index (default: this machine's).
+    #[arg(long, default_value_t = crate::registry::host_platform())]
     pub platform: String,
 }
 
@@ -90,6 +90,10 @@ pub enum Command {
         target: Target,
         #[command(flatten)]
         registry: RegistryArgs,
+        /// No progress display (it is shown only when standard output is a terminal and the
+        /// output is text).
+        #[arg(long, short = 'q')]
+        quiet: bool,
         /// Image reference, e.g. registry.example.com:5000/team/app:v1.
         reference: String,
     },
@@ -128,7 +132,12 @@ pub enum Command {
         reference: Option<String>,
     },
     /// Show what pullgate recorded about an image reference or a digest.
-    Inspect { target: String },
+    Inspect {
+        /// Output format: text, or json (one JSON value on standard output; field names are stable).
+        #[arg(long, short = 'o', value_enum, default_value = "text")]
+        output: Output,
+        target: String,
+    },
     /// Check this node: pullgate registered in containerd and serving, no other snapshotter
     /// loaded, CRI and the transfer service unpacking into pullgate, the content sharing
     /// policy, namespace labels, permissions of pullgate's sockets and files, its ledger.
@@ -184,15 +193,15 @@ fn log_filter(level: &str) -> String {
     }
 }
 
-fn init_logging(level: &str) {
+fn init_logging(level: &str, format: crate::config::LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(log_filter(level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    match format {
+        crate::config::LogFormat::Text => fmt.with_ansi(std::io::stderr().is_terminal()).init(),
+        // One JSON object per line: timestamp, level, fields (message included), spans.
+        crate::config::LogFormat::Json => fmt.json().with_ansi(false).init(),
+    }
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, i32> {
@@ -320,6 +329,119 @@ fn report(out: proto::PullResponse, output: Output) -> i32 {
     0
 }
 
+fn unix_rfc3339(secs: i64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.max(0) as u64)).to_string()
+}
+
+fn grant_json(g: &proto::Grant) -> serde_json::Value {
+    serde_json::json!({ "namespace": g.namespace, "principal": g.principal, "origin": g.origin,
+        "manifest": g.manifest, "identity": g.identity, "verified_at": unix_rfc3339(g.verified_at_unix) })
+}
+
+fn served_by_json(s: &[proto::BlobOrigin]) -> serde_json::Value {
+    s.iter().map(|o| serde_json::json!({ "origin": o.origin, "identities": o.identities })).collect()
+}
+
+fn blob_json(b: &proto::InspectedBlob) -> serde_json::Value {
+    serde_json::json!({ "digest": b.digest, "served_by": served_by_json(&b.served_by) })
+}
+
+/// `inspect -o json`: `{"manifests": [...], "layer": {...} or null, "blob": {...} or null}`.
+fn inspection_json(r: &proto::InspectResponse) -> serde_json::Value {
+    let manifests: Vec<_> = r
+        .manifests
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "digest": m.digest,
+                "names": m.names.iter().map(|n| serde_json::json!({ "name": n.name, "origin": n.origin })).collect::<Vec<_>>(),
+                "origins": m.origins,
+                "config": m.config.as_ref().map(blob_json),
+                "layers": m.layers.iter().map(|l| serde_json::json!({ "blob": l.blob, "diff_id": l.diff_id, "public": l.public,
+                    "served_by": served_by_json(&l.served_by) })).collect::<Vec<_>>(),
+                "grants": m.grants.iter().map(grant_json).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "manifests": manifests,
+        "layer": r.layer.as_ref().map(|l| serde_json::json!({ "diff_id": l.diff_id, "public": l.public, "manifests": l.manifests,
+            "blobs": l.blobs.iter().map(blob_json).collect::<Vec<_>>() })),
+        "blob": r.blob.as_ref().map(blob_json),
+    })
+}
+
+/// Sizes as `ctr images pull` shows them.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut v, mut u) = (n as f64, 0);
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+/// One blob's progress line: `sha256:0123456789ab: downloading |+++++---| 1.5 MiB/3.0 MiB`.
+fn progress_line(b: &proto::BlobProgress) -> String {
+    const WIDTH: u64 = 40;
+    let short: String = b.digest.chars().take("sha256:".len() + 12).collect();
+    // An empty blob is all or nothing.
+    let filled = b.offset.min(b.total).saturating_mul(WIDTH).checked_div(b.total).unwrap_or(if b.state == "waiting" { 0 } else { WIDTH });
+    let bar: String = (0..WIDTH).map(|i| if i < filled { '+' } else { '-' }).collect();
+    format!("{short}: {:<12}|{bar}| {}/{}", b.state, human_bytes(b.offset), human_bytes(b.total))
+}
+
+/// Redraws the progress of a pull in place on the terminal (as `ctr images pull` does).
+struct ProgressView {
+    lines: usize,
+    started: std::time::Instant,
+}
+
+impl ProgressView {
+    fn draw(&mut self, blobs: &[proto::BlobProgress]) {
+        use std::io::Write;
+        let mut s = String::new();
+        if self.lines > 0 {
+            s.push_str(&format!("\x1b[{}A", self.lines));
+        }
+        for b in blobs {
+            s.push_str("\r\x1b[2K");
+            s.push_str(&progress_line(b));
+            s.push('\n');
+        }
+        let secs = self.started.elapsed().as_secs_f64();
+        let fetched: u64 = blobs.iter().filter(|b| b.state == "downloading" || b.state == "done").map(|b| b.offset).sum();
+        s.push_str(&format!("\r\x1b[2Kelapsed: {secs:.1} s    downloaded: {} ({}/s)\n", human_bytes(fetched), human_bytes((fetched as f64 / secs.max(0.001)) as u64)));
+        self.lines = blobs.len() + 1;
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(s.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+/// `pullgate pull` on a terminal: the daemon's progress events drawn as they come, then the
+/// usual result.
+async fn pull_with_progress(c: &mut PullgateClient<tonic::transport::Channel>, req: proto::PullRequest) -> i32 {
+    let mut stream = match c.pull_with_progress(req).await {
+        Ok(s) => s.into_inner(),
+        Err(s) => return fail(s),
+    };
+    let mut view = ProgressView { lines: 0, started: std::time::Instant::now() };
+    loop {
+        match stream.message().await {
+            Ok(Some(proto::PullEvent { event: Some(proto::pull_event::Event::Progress(p)) })) => view.draw(&p.blobs),
+            Ok(Some(proto::PullEvent { event: Some(proto::pull_event::Event::Done(out)) })) => return report(out, Output::Text),
+            Ok(Some(proto::PullEvent { event: None })) => {}
+            Ok(None) => {
+                eprintln!("pullgate: the pull's progress stream ended without a result");
+                return EXIT_FAILURE;
+            }
+            Err(s) => return fail(s),
+        }
+    }
+}
+
 /// A reference the command was given, checked here so that a malformed one is a usage error
 /// (exit 2) whether or not the daemon is up.
 fn check_reference(reference: &str) -> Result<(), i32> {
@@ -338,7 +460,7 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
         return code;
     }
     let pull = match &cmd {
-        Command::Pull { target, registry, reference } | Command::Verify { target, registry, reference } => match pull_request(target, registry, reference.clone()) {
+        Command::Pull { target, registry, reference, .. } | Command::Verify { target, registry, reference } => match pull_request(target, registry, reference.clone()) {
             Ok(r) => Some(r),
             Err(code) => return code,
         },
@@ -352,6 +474,11 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
         Command::Serve { .. } | Command::Doctor(_) => EXIT_USAGE,
         Command::Pull { .. } | Command::Verify { .. } => {
             let Some(req) = pull else { return EXIT_FAILURE };
+            if let Command::Pull { target, quiet: false, .. } = &cmd {
+                if target.output == Output::Text && std::io::stdout().is_terminal() {
+                    return pull_with_progress(&mut c, req).await;
+                }
+            }
             let out = if matches!(cmd, Command::Verify { .. }) { c.verify(req).await } else { c.pull(req).await };
             let output = match &cmd {
                 Command::Pull { target, .. } | Command::Verify { target, .. } => target.output,
@@ -384,10 +511,7 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
                             .into_inner()
                             .grants
                             .iter()
-                            .map(|g| {
-                                serde_json::json!({ "namespace": g.namespace, "principal": g.principal, "origin": g.origin,
-                                    "manifest": g.manifest, "identity": g.identity, "verified_at": when(g).to_string() })
-                            })
+                            .map(grant_json)
                             .collect();
                         println!("{}", serde_json::Value::Array(all));
                         return 0;
@@ -430,15 +554,17 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
                 Err(s) => fail(s),
             }
         }
-        Command::Inspect { target, .. } => {
-            match c.inspect(proto::InspectRequest { target }).await {
-                Ok(r) => {
-                    print!("{}", r.into_inner().text);
-                    0
+        Command::Inspect { target, output } => match c.inspect(proto::InspectRequest { target }).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                match output {
+                    Output::Json => println!("{}", inspection_json(&r)),
+                    Output::Text => print!("{}", r.text),
                 }
-                Err(s) => fail(s),
+                0
             }
-        }
+            Err(s) => fail(s),
+        },
     }
 }
 
@@ -457,7 +583,7 @@ pub fn run(cli: Cli) -> i32 {
                     return EXIT_USAGE;
                 }
             };
-            init_logging(&cfg.daemon.log_level);
+            init_logging(&cfg.daemon.log_level, cfg.daemon.log_format);
             match rt.block_on(crate::daemon::serve(cfg)) {
                 Ok(()) => 0,
                 Err(e) => {
@@ -483,6 +609,14 @@ mod tests {
     }
 
     #[test]
+    fn progress_lines() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(3 * 1024 * 1024 / 2), "1.5 MiB");
+        let b = proto::BlobProgress { digest: format!("sha256:{}", "ab".repeat(32)), state: "downloading".into(), offset: 1024 * 1024, total: 4 * 1024 * 1024 };
+        assert_eq!(progress_line(&b), format!("sha256:abababababab: downloading |{}{}| 1.0 MiB/4.0 MiB", "+".repeat(10), "-".repeat(30)));
+    }
+
+    #[test]
     fn contract_parses() {
         let c = Cli::try_parse_from(["pullgate", "pull", "-n", "b", "--principal", "p", "--user", "u:p", "--plain-http", "--hosts-dir", "/d", "--platform", "linux/arm64", "--address", "/s", "reg.io/a:v1"]).unwrap();
         assert!(matches!(c.command, Command::Pull { .. }));
@@ -499,6 +633,9 @@ mod tests {
             vec!["pullgate", "revoke", "-n", "x", "--principal", "p", "reg.io/a"],
             vec!["pullgate", "revoke", "-n", "x"],
             vec!["pullgate", "inspect", "reg.io/a:v1"],
+            vec!["pullgate", "inspect", "-o", "json", "reg.io/a:v1"],
+            vec!["pullgate", "pull", "-q", "reg.io/a:v1"],
+            vec!["pullgate", "pull", "--quiet", "reg.io/a:v1"],
             vec!["pullgate", "serve", "--config", "/etc/x.toml"],
             vec!["pullgate", "doctor"],
             vec!["pullgate", "-a", "/a.sock", "doctor", "--config", "/p.toml", "--containerd-config", "/c.toml", "--containerd-address", "/c.sock", "--registries", "-o", "json"],

@@ -27,6 +27,24 @@ pub struct Config {
     pub registry: RegistryConfig,
     #[serde(default)]
     pub cri: CriConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// The Prometheus endpoint (off by default).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `IP:PORT` serving `GET /metrics` over plain HTTP; unset: no endpoint.
+    #[serde(default)]
+    pub address: Option<String>,
+}
+
+impl MetricsConfig {
+    /// The endpoint's address (validated by `parse`).
+    pub fn socket_addr(&self) -> Option<std::net::SocketAddr> {
+        self.address.as_deref().and_then(|a| a.parse().ok())
+    }
 }
 
 /// Whose grant a pod's pull records, and whose grant its containers need.
@@ -163,9 +181,21 @@ pub struct DaemonConfig {
     /// tracing filter: error, warn, info, debug, trace (or an EnvFilter directive).
     #[serde(default = "default_log_level")]
     pub log_level: String,
+    /// `text` (one human-readable line per event) or `json` (one JSON object per line).
+    #[serde(default)]
+    pub log_format: LogFormat,
     /// `auto` (overlayfs when it mounts in `root`, else copy), `overlay` or `copy`.
     #[serde(default)]
     pub driver: DriverChoice,
+}
+
+/// The daemon's log format.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 fn default_root() -> PathBuf { PathBuf::from("/var/lib/pullgate") }
@@ -182,6 +212,7 @@ impl Default for DaemonConfig {
             api_socket: default_api_socket(),
             containerd_address: default_containerd_address(),
             log_level: default_log_level(),
+            log_format: LogFormat::Text,
             driver: DriverChoice::Auto,
         }
     }
@@ -245,6 +276,10 @@ impl Config {
             parse_duration_secs(t)
                 .ok_or_else(|| ConfigError::Invalid(format!("[registry] timeout {t:?}: expected a positive duration like 10s, 2m")))?;
         }
+        if let Some(a) = &self.metrics.address {
+            a.parse::<std::net::SocketAddr>()
+                .map_err(|e| ConfigError::Invalid(format!("[metrics] address {a:?}: expected IP:PORT such as \"127.0.0.1:9464\" ({e})")))?;
+        }
         for ns in self.namespaces.keys() {
             if ns.is_empty() || ns.chars().any(|c| c.is_control() || c == '/') {
                 return Err(ConfigError::Invalid(format!("[namespaces] {ns:?} is not a containerd namespace name")));
@@ -280,6 +315,9 @@ mod tests {
         .unwrap();
         assert_eq!(c.daemon.snapshotter_socket, PathBuf::from("/s"));
         assert_eq!(c.daemon.driver, DriverChoice::Copy);
+        assert_eq!(c.daemon.log_format, LogFormat::Text);
+        assert_eq!(Config::parse("[daemon]\nlog_format='json'").unwrap().daemon.log_format, LogFormat::Json);
+        assert!(Config::parse("[daemon]\nlog_format='xml'").is_err());
     }
 
     #[test]
@@ -312,6 +350,16 @@ mod tests {
         assert!(c.cri.enable && c.cri.principal == CriPrincipal::Pod && c.cri.containerd_address.is_none());
         assert!(!Config::parse("").unwrap().cri.enable);
         for bad in ["[cri]\nenable=true\nsocket='rel'", "[cri]\nenable=true\nsocket='/run/containerd/containerd.sock'", "[cri]\nprincipal='node'"] {
+            assert!(Config::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn metrics_keys() {
+        assert!(Config::parse("").unwrap().metrics.socket_addr().is_none());
+        let c = Config::parse("[metrics]\naddress = '127.0.0.1:9464'\n").unwrap();
+        assert_eq!(c.metrics.socket_addr(), Some("127.0.0.1:9464".parse().unwrap()));
+        for bad in ["[metrics]\naddress = 'localhost'", "[metrics]\naddress = ':9464'", "[metrics]\nport = 1"] {
             assert!(Config::parse(bad).is_err(), "{bad}");
         }
     }

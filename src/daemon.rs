@@ -24,6 +24,8 @@ pub enum DaemonError {
     Credential(#[from] crate::credential::CredentialError),
     #[error("serving gRPC: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
 }
 
 fn io_at(context: &'static str, path: &Path) -> impl FnOnce(io::Error) -> DaemonError {
@@ -172,6 +174,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(tx));
     let (cri_puller, snap_cri, rx_cri) = (puller.clone(), snap.clone(), rx.clone());
+    let (metrics_snap, rx_metrics) = (snap.clone(), rx.clone());
     let snapshots = tonic::transport::Server::builder()
         .add_service(service::server(snap))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), stopped(rx.clone()));
@@ -183,6 +186,11 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         Some(p) => Some(bind_socket(p)?),
         None => None,
     };
+    if let Some(addr) = cfg.metrics.socket_addr() {
+        let listener = crate::metrics::bind(addr).await?;
+        tracing::info!(address = %addr, "metrics serving (GET /metrics)");
+        tokio::spawn(crate::metrics::serve(listener, metrics_snap, root.clone(), stopped(rx_metrics)));
+    }
     // Every socket is bound and listening (connections queue until the servers poll them).
     notify_ready();
     tokio::spawn(report_shareable(cfg.daemon.containerd_address.clone()));

@@ -50,6 +50,35 @@ pub struct Denial {
     pub image: Option<String>,
     pub reason: String,
     pub fix: String,
+    /// The reason's class (a metrics label: a small fixed set).
+    pub kind: DenyReason,
+}
+
+/// Why the gate refused, as a class: what `reason` says, without names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenyReason {
+    /// No grant of the namespace (and principal) covers a private layer.
+    NoGrant,
+    /// The grant that covers it is older than `reverify_after`.
+    StaleGrant,
+    /// pullgate has no record of the layer and the policy verifies unknown layers.
+    UnknownLayer,
+    /// An unpack onto a parent whose chain pullgate cannot establish.
+    UnestablishedParent,
+    /// The namespace requires a principal and none was given.
+    PrincipalRequired,
+}
+
+impl DenyReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenyReason::NoGrant => "no_grant",
+            DenyReason::StaleGrant => "stale_grant",
+            DenyReason::UnknownLayer => "unknown_layer",
+            DenyReason::UnestablishedParent => "unestablished_parent",
+            DenyReason::PrincipalRequired => "principal_required",
+        }
+    }
 }
 
 impl fmt::Display for Denial {
@@ -161,8 +190,9 @@ impl Gate {
         Gate { cfg }
     }
 
-    fn deny(&self, s: &Subject, subject: String, image: Option<String>, reason: String, fix: String) -> GateError {
+    fn deny(&self, s: &Subject, kind: DenyReason, subject: String, image: Option<String>, reason: String, fix: String) -> GateError {
         GateError::Denied(Box::new(Denial {
+            kind,
             namespace: s.namespace.to_string(),
             principal: s.principal.to_string(),
             subject,
@@ -183,6 +213,7 @@ impl Gate {
         if parent.unestablished && self.cfg.policy != Policy::NeverVerify {
             return Err(self.deny(
                 s,
+                DenyReason::UnestablishedParent,
                 format!("layer chain {target}"),
                 None,
                 "its parent snapshot was not unpacked from an image (or its name disagrees with the chain it was prepared as), so pullgate cannot tell which layer is being applied".into(),
@@ -210,6 +241,7 @@ impl Gate {
         match self.check_chain(tx, s, parent, None, true, &mut grants) {
             Err(GateError::Denied(mut d)) if s.principal.is_empty() && self.cfg.require_principal.contains(s.namespace) => {
                 d.reason = format!("this namespace requires a principal, and no principal was given ({})", d.reason);
+                d.kind = DenyReason::PrincipalRequired;
                 d.fix = "run with --snapshotter-label containerd.io/snapshot/pullgate.principal=NAME (under Kubernetes: through pullgate's CRI socket)".into();
                 Err(GateError::Denied(d))
             }
@@ -265,6 +297,7 @@ impl Gate {
             Policy::NeverVerify | Policy::NeverVerifyPreloadedImages => Ok(()),
             Policy::NeverVerifyAllowlistedImages | Policy::AlwaysVerify => Err(self.deny(
                 s,
+                DenyReason::UnknownLayer,
                 format!("layer chain {what}"),
                 None,
                 format!("pullgate has no record of this layer and the policy is {:?}", self.cfg.policy),
@@ -330,7 +363,8 @@ impl Gate {
         } else {
             "no grant for this namespace covers this private layer".to_string()
         };
-        Err(self.deny(s, format!("layer {d}"), image.clone(), reason, self.fix_verify(s, image.as_deref())))
+        let kind = if stale { DenyReason::StaleGrant } else { DenyReason::NoGrant };
+        Err(self.deny(s, kind, format!("layer {d}"), image.clone(), reason, self.fix_verify(s, image.as_deref())))
     }
 
     fn served_origins(&self, tx: &impl LedgerRead, layer: &LayerRec) -> Result<HashSet<String>, StoreError> {

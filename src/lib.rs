@@ -20,6 +20,8 @@ pub mod dockerconfig;
 pub mod doctor;
 pub mod gate;
 pub mod ledger;
+pub mod metrics;
+pub mod progress;
 pub mod pull;
 mod metastore;
 pub mod reference;

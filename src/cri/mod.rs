@@ -68,16 +68,7 @@ pub struct Front {
     platform: String,
 }
 
-/// The platform kubelet's node runs, as pulls select it (`linux/amd64`, `linux/arm64`).
-fn host_platform() -> String {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "powerpc64" => "ppc64le",
-        a => a,
-    };
-    format!("linux/{arch}")
-}
+use crate::registry::host_platform;
 
 /// A channel to containerd's socket that connects on first use (and again after containerd
 /// restarts), so the front serves while containerd is still starting.
@@ -217,6 +208,7 @@ impl Front {
             image_labels: HashMap::from([(MANAGED_LABEL.0.to_string(), MANAGED_LABEL.1.to_string())]),
             extra_names,
             for_pods: true,
+            progress: None,
         };
         let out = self.puller.pull(&preq).await.map_err(|e| {
             let s = Status::from(crate::api::ApiError::Pull(e));
@@ -247,10 +239,11 @@ impl Front {
             let diff_ids = self.claimed_layers(spec, &shown).await?;
             let snap = self.snap.clone();
             let p = principal.clone();
-            let chain = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &diff_ids))
+            let decided = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &diff_ids))
                 .await
-                .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?
-                .map_err(|e| refusal(e, &pod_name, &shown, &principal))?;
+                .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?;
+            crate::metrics::record_gate(crate::metrics::Verb::create_container, &decided);
+            let chain = decided.map_err(|e| refusal(e, &pod_name, &shown, &principal))?;
             tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted");
             chains.push(chain);
         }

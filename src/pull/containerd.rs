@@ -332,6 +332,8 @@ impl Containerd {
         drop(tx);
         if !adopted {
             let _ = ContentClient::new(self.channel.clone()).abort(self.req(AbortRequest { r#ref })).await;
+        } else {
+            crate::metrics::record_adopted(size);
         }
         Ok(adopted)
     }

@@ -69,6 +69,8 @@ pub struct Request {
     /// an index's entry by its own platform rules, and group the name with whatever image that
     /// entry is).
     pub for_pods: bool,
+    /// Where the pull reports each blob's state and bytes (`pullgate pull` on a terminal).
+    pub progress: Option<Arc<crate::progress::Progress>>,
 }
 
 /// The annotation (key prefix) of a checkpoint image's manifest or index.
@@ -124,11 +126,15 @@ struct Blob {
 
 impl Puller {
     pub async fn verify(&self, req: &Request) -> Result<Outcome> {
-        self.run(req, false).await
+        let (since, out) = (std::time::Instant::now(), self.run(req, false).await);
+        crate::metrics::record_op("verify", since, &out);
+        out
     }
 
     pub async fn pull(&self, req: &Request) -> Result<Outcome> {
-        self.run(req, true).await
+        let (since, out) = (std::time::Instant::now(), self.run(req, true).await);
+        crate::metrics::record_op("pull", since, &out);
+        out
     }
 
     async fn run(&self, req: &Request, full: bool) -> Result<Outcome> {
@@ -143,6 +149,7 @@ impl Puller {
             .await?;
         let opts = Options { plain_http: req.plain_http, hosts_dir: self.hosts_dir.as_deref(), server: req.server.as_deref(), timeout: self.timeout };
         let mut sess = Session::new(&req.reference, req.cred.clone(), &opts)?;
+        sess.report_to(req.progress.clone());
         let resolved = sess.resolve(&req.reference, &req.platform).await?;
         let mut cd = Containerd::connect(&self.containerd, &req.namespace).await?;
         let out = self.run_with(req, full, &mut sess, &resolved, &mut cd).await;
@@ -179,6 +186,7 @@ impl Puller {
         cd: &mut Containerd,
     ) -> Result<Outcome> {
         let image = Image::of(req, resolved, sess)?;
+        req.progress.iter().for_each(|p| p.announce(image.all().map(|b| (b.digest.as_str(), b.size))));
         if req.for_pods && resolved.index.iter().chain([&resolved.manifest]).any(|f| f.bytes.windows(CHECKPOINT_ANNOTATION.len()).any(|w| w == CHECKPOINT_ANNOTATION.as_bytes())) {
             return Err(PullError::BadImage {
                 image: image.name,
@@ -543,6 +551,7 @@ impl Puller {
         if let Some(w) = w {
             w.commit(HashMap::new()).await?;
         }
+        crate::metrics::record_downloaded(b.size);
         match hasher {
             Some(h) => Ok(Some(h.finish().await?)),
             None => Ok(None),

@@ -130,6 +130,8 @@ pub struct Session {
     authenticated: bool,
     /// Deadline for a whole answer (manifests, tokens) and base deadline for a blob.
     total: Duration,
+    /// Where blob downloads report their bytes (a pull shown on a terminal).
+    progress: Option<std::sync::Arc<crate::progress::Progress>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -148,7 +150,12 @@ impl Session {
         let ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http, opts.server).map_err(|e| RegistryError::Config(e.to_string()))?;
         let http = http_client(&ep, opts.timeout)?;
         let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
-        Ok(Session { http, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false, total })
+        Ok(Session { http, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false, total, progress: None })
+    }
+
+    /// Blob downloads from now on (and from clones made after) report to `progress`.
+    pub fn report_to(&mut self, progress: Option<std::sync::Arc<crate::progress::Progress>>) {
+        self.progress = progress;
     }
 
     /// The endpoint this session talks to, as origins name it: `host[:port]` for https (the
@@ -241,7 +248,9 @@ impl Session {
                     req = req.header(header::AUTHORIZATION, z);
                 }
             }
-            let resp = req.send().await.map_err(|e| self.unavailable(error_chain(&e)))?;
+            let resp = req.send().await;
+            crate::metrics::record_request("registry", resp.as_ref().ok().map(|r| r.status().as_u16()));
+            let resp = resp.map_err(|e| self.unavailable(error_chain(&e)))?;
             if !resp.status().is_redirection() {
                 return Ok(resp);
             }
@@ -298,13 +307,18 @@ impl Session {
             }
         }
         let resp = match resp {
-            Some(r) => r,
+            Some(r) => {
+                crate::metrics::record_request("token", Some(r.status().as_u16()));
+                r
+            }
             None => {
                 let mut req = tokens.get(realm).timeout(self.total).query(&[("service", service.as_str()), ("scope", scope)]);
                 if let Some(b) = self.basic_header() {
                     req = req.header(header::AUTHORIZATION, b);
                 }
-                req.send().await.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))?
+                let r = req.send().await;
+                crate::metrics::record_request("token", r.as_ref().ok().map(|r| r.status().as_u16()));
+                r.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))?
             }
         };
         match resp.status() {
@@ -401,7 +415,11 @@ impl Session {
             return Err(RegistryError::NotFound { host: self.host.clone(), repo: self.repo.clone(), what: format!("blob {digest}") });
         }
         let deadline = std::time::Instant::now() + self.total + Duration::from_secs(size / MIN_BLOB_RATE);
+        if let Some(p) = &self.progress {
+            p.start(digest, size);
+        }
         Ok(BlobReader {
+            progress: self.progress.clone(),
             deadline,
             stream: Box::pin(resp.bytes_stream()),
             hasher: Sha256::new(),
@@ -424,6 +442,7 @@ impl Session {
             authz: None,
             authenticated: false,
             total: self.total,
+            progress: None,
         };
         matches!(anon.blob_exists(digest).await, Ok(true))
     }
@@ -439,6 +458,7 @@ pub struct BlobReader {
     digest: String,
     host: String,
     done: bool,
+    progress: Option<std::sync::Arc<crate::progress::Progress>>,
 }
 
 impl BlobReader {
@@ -470,6 +490,9 @@ impl BlobReader {
                     });
                 }
                 self.hasher.update(&chunk);
+                if let Some(p) = &self.progress {
+                    p.advance(&self.digest, chunk.len() as u64);
+                }
                 Ok(Some(chunk))
             }
             Some(Err(e)) => {
@@ -485,6 +508,9 @@ impl BlobReader {
                         expected: self.digest.clone(),
                         actual: format!("{actual} ({} bytes)", self.got),
                     });
+                }
+                if let Some(p) = &self.progress {
+                    p.finish(&self.digest);
                 }
                 Ok(None)
             }
@@ -549,6 +575,22 @@ pub fn parse_manifest(f: &Fetched) -> std::result::Result<oci_spec::image::Image
 }
 
 /// `os/arch[/variant]`.
+/// The platform this machine runs, as containerd names it and pulls select it (`linux/amd64`,
+/// `linux/arm64`, `linux/arm/v7`).
+pub fn host_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "arm" => "arm/v7",
+        "x86" => "386",
+        "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
+        "riscv64" => "riscv64",
+        "s390x" => "s390x",
+        a => a,
+    };
+    format!("linux/{arch}")
+}
+
 pub fn parse_platform(p: &str) -> std::result::Result<(String, String, Option<String>), String> {
     let parts: Vec<&str> = p.split('/').collect();
     let ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
