@@ -124,7 +124,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         m.ops.clone(),
     );
     registry.register("registry_requests", "HTTP requests to registries and token servers, by kind and outcome class", m.requests.clone());
-    registry.register("blobs", "Blobs a pull or verify obtained, by source (downloaded from the registry, adopted from the node's content store)", m.blobs.clone());
+    registry.register("blobs", "Blobs a pull or verify obtained, by source (downloaded from the registry; adopted from the node's shared content store; copied from another namespace's content under an isolated store)", m.blobs.clone());
     registry.register_with_unit("blob", "Bytes of the blobs a pull or verify obtained, by source", Unit::Bytes, m.blob_bytes.clone());
     registry.register("grants", "Grants in the ledger (computed at scrape)", m.grants.clone());
     registry.register_with_unit("metadata_database", "Size of the metadata database (snapshots and ledger) on disk (computed at scrape)", Unit::Bytes, m.database_bytes.clone());
@@ -210,6 +210,11 @@ pub fn record_downloaded(bytes: u64) {
 /// A blob taken from the node's content store into a namespace, nothing downloaded.
 pub fn record_adopted(bytes: u64) {
     record_blob("adopted", bytes);
+}
+
+/// A blob copied into a namespace from another namespace's content (isolated store).
+pub fn record_copied(bytes: u64) {
+    record_blob("copied", bytes);
 }
 
 fn record_blob(source: &'static str, bytes: u64) {

@@ -15,6 +15,8 @@ pub enum State {
     Done,
     /// Not downloaded: already on the node, or vouched for by the registry without a download.
     Exists,
+    /// Copied from another namespace's content on the node (an isolated content store).
+    Copied,
 }
 
 impl State {
@@ -24,6 +26,7 @@ impl State {
             State::Downloading => "downloading",
             State::Done => "done",
             State::Exists => "exists",
+            State::Copied => "copied",
         }
     }
 }
@@ -94,6 +97,14 @@ impl Progress {
     pub fn finish(&self, digest: &str) {
         self.update(digest, 0, |e| {
             e.state = State::Done;
+            e.offset = e.total;
+        });
+    }
+
+    /// The blob was copied into the namespace from another namespace's content on the node.
+    pub fn copied(&self, digest: &str) {
+        self.update(digest, 0, |e| {
+            e.state = State::Copied;
             e.offset = e.total;
         });
     }

@@ -228,7 +228,9 @@ impl Containerd {
         while let Some(chunk) = r.next_chunk().await? {
             w.write(&chunk).await?;
         }
-        w.commit(HashMap::new()).await
+        w.commit(HashMap::new()).await?;
+        crate::metrics::record_copied(size);
+        Ok(())
     }
 
     /// Whether the namespace's content store has the blob.

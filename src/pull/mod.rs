@@ -202,7 +202,7 @@ impl Puller {
         let diff_ids = self.check_claims(&image, &facts, &got, cd).await?;
         let public = self.probe_public(&image, &diff_ids, &identity, sess).await;
         self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity)?;
-        self.place(&mut got, sess, cd).await?;
+        self.place(&mut got, sess, cd, req.progress.as_deref()).await?;
         out.downloaded.append(&mut got.downloaded);
         out.copied = got.copied.clone();
         tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %image.origin, manifest = %out.manifest,
@@ -339,7 +339,7 @@ impl Puller {
     /// with the expected digest, which containerd checks; a blob whose copy fails comes from
     /// the origin instead when the pull needs it. A pull or verify refused before this copies
     /// nothing.
-    async fn place(&self, got: &mut Gathered, sess: &Session, cd: &Containerd) -> Result<()> {
+    async fn place(&self, got: &mut Gathered, sess: &Session, cd: &Containerd, progress: Option<&crate::progress::Progress>) -> Result<()> {
         let jobs = std::mem::take(&mut got.to_copy).into_iter().map(|(blob, from, keep)| Job::Copy { blob, from, keep });
         let done: Vec<Result<Done>> = futures_util::stream::iter(jobs)
             .map(|job| {
@@ -350,7 +350,11 @@ impl Puller {
             .collect()
             .await;
         for d in done {
-            got.took(d?);
+            let d = d?;
+            if let (Done::Copied(digest), Some(p)) = (&d, progress) {
+                p.copied(digest);
+            }
+            got.took(d);
         }
         Ok(())
     }
