@@ -30,15 +30,14 @@ TOML
 containerd_cri_config() {
   local v=$1 sock=$2 sandbox=$3 hosts=$4 frag
   case $v in
-    1.6|1.7) frag=$REPO/plugin/containerd-1.x.toml ;;
-    2.1) frag=$REPO/plugin/containerd-2.x.toml ;;
+    1.6|1.7) frag=1.x ;;
+    2.1) frag=2.x ;;
     *) echo "unknown containerd version $v" >&2; return 1 ;;
   esac
   local c=$WORK/containerd
   mkdir -p "$c" "$WORK/cni/bin" "$WORK/cni/conf" "$hosts"
-  sed -e "s#/run/pullgate/snapshotter.sock#$sock#" \
-      -e "/^version = /a root = \"$c/root\"\nstate = \"$c/state\"" \
-      "$frag" > "$c/config.toml"
+  "$REPO/plugin/fragment.sh" "$frag" | sed -e "s#/run/pullgate/snapshotter.sock#$sock#" \
+      -e "/^version = /a root = \"$c/root\"\nstate = \"$c/state\"" > "$c/config.toml"
   cat >> "$c/config.toml" <<TOML
 
 [grpc]

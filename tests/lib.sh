@@ -223,29 +223,21 @@ wait_backend() {
   wait_for 30 ctr_ -n "$ns" snapshots --snapshotter pullgate mounts /tmp probe
 }
 
-# node_platform: this machine's platform as containerd names it (linux/GOARCH[/variant]), from
-# Debian's architecture name.
-node_platform() {
-  case $(dpkg --print-architecture) in
-    amd64) echo linux/amd64 ;; arm64) echo linux/arm64 ;; armhf) echo linux/arm/v7 ;; armel) echo linux/arm/v5 ;;
-    i386) echo linux/386 ;; ppc64el) echo linux/ppc64le ;; mips64el) echo linux/mips64le ;; *) echo "linux/$(dpkg --print-architecture)" ;;
-  esac
-}
+# node_platform: this machine's platform as containerd names it (plugin/fragment.sh).
+node_platform() { "$REPO/plugin/fragment.sh" --platform; }
 
-# containerd_config VERSION PG_SOCKET [keep-builtin]: the operator's fragment from plugin/,
+# containerd_config VERSION PG_SOCKET [keep-builtin]: the operator's fragment (plugin/fragment.sh),
 # pointed at this run's sockets; CRI disabled (not under test here). With keep-builtin the
 # built-in snapshotters stay enabled (benchmarks compare against overlayfs).
 containerd_config() {
   local v=$1 sock=$2 keep=${3:-} frag cri
   case $v in
-    1.6|1.7) frag=$REPO/plugin/containerd-1.x.toml; cri='"io.containerd.grpc.v1.cri"' ;;
-    2.1) frag=$REPO/plugin/containerd-2.x.toml; cri='"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime"' ;;
+    1.6|1.7) frag=1.x; cri='"io.containerd.grpc.v1.cri"' ;;
+    2.1) frag=2.x; cri='"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime"' ;;
   esac
   local c=$WORK/containerd
-  sed -e "s#/run/pullgate/snapshotter.sock#$sock#" \
-      -e "/^version = /a root = \"$c/root\"\nstate = \"$c/state\"" \
-      -e "s#^  platform = \"linux/amd64\"#  platform = \"$(node_platform)\"#" \
-      "$frag" > "$c/config.toml.tmp"
+  "$REPO/plugin/fragment.sh" "$frag" | sed -e "s#/run/pullgate/snapshotter.sock#$sock#" \
+      -e "/^version = /a root = \"$c/root\"\nstate = \"$c/state\"" > "$c/config.toml.tmp"
   if [ -n "$keep" ]; then
     sed -i "s#^disabled_plugins = .*#disabled_plugins = [$cri]#" "$c/config.toml.tmp"
   else

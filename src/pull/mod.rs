@@ -302,14 +302,7 @@ impl Puller {
                 got.newly_served.push(b.digest.clone());
             }
         }
-        let done: Vec<Result<Done>> = futures_util::stream::iter(jobs)
-            .map(|job| {
-                let mut s = sess.clone();
-                async move { job.run(&mut s, cd).await }
-            })
-            .buffer_unordered(FETCH_CONCURRENCY)
-            .collect()
-            .await;
+        let done = Job::run_all(jobs, sess, cd).await;
         for d in done {
             got.took(d?);
         }
@@ -341,14 +334,7 @@ impl Puller {
     /// nothing.
     async fn place(&self, got: &mut Gathered, sess: &Session, cd: &Containerd, progress: Option<&crate::progress::Progress>) -> Result<()> {
         let jobs = std::mem::take(&mut got.to_copy).into_iter().map(|(blob, from, keep)| Job::Copy { blob, from, keep });
-        let done: Vec<Result<Done>> = futures_util::stream::iter(jobs)
-            .map(|job| {
-                let mut s = sess.clone();
-                async move { job.run(&mut s, cd).await }
-            })
-            .buffer_unordered(FETCH_CONCURRENCY)
-            .collect()
-            .await;
+        let done = Job::run_all(jobs, sess, cd).await;
         for d in done {
             let d = d?;
             if let (Done::Copied(digest), Some(p)) = (&d, progress) {
@@ -690,6 +676,18 @@ enum Done {
 }
 
 impl Job {
+    /// Runs jobs, `FETCH_CONCURRENCY` at a time.
+    async fn run_all(jobs: impl IntoIterator<Item = Job>, sess: &Session, cd: &Containerd) -> Vec<Result<Done>> {
+        futures_util::stream::iter(jobs)
+            .map(|job| {
+                let mut s = sess.clone();
+                async move { job.run(&mut s, cd).await }
+            })
+            .buffer_unordered(FETCH_CONCURRENCY)
+            .collect()
+            .await
+    }
+
     async fn run(self, sess: &mut Session, cd: &Containerd) -> Result<Done> {
         let (blob, keep, hash) = match self {
             Job::Copy { blob, from, keep } => match cd.copy_from(&from, &blob.digest, blob.size).await {
