@@ -234,7 +234,7 @@ async fn client(address: &std::path::Path) -> Result<PullgateClient<tonic::trans
     match containerd_client::connect(address).await {
         Ok(ch) => Ok(PullgateClient::new(ch)),
         Err(e) => {
-            eprintln!("pullgate: cannot reach pullgate at {}: {e} (is `pullgate serve` running?)", address.display());
+            eprintln!("pullgate: cannot reach pullgate at {}: {} (is `pullgate serve` running?)", address.display(), crate::doctor::causes(&e));
             Err(EXIT_UNAVAILABLE)
         }
     }

@@ -237,11 +237,15 @@ async fn timed<T>(what: &str, f: impl std::future::Future<Output = Result<tonic:
 }
 
 /// The error and its causes on one line (tonic's transport error alone says "transport error").
-fn causes(e: &dyn std::error::Error) -> String {
+pub fn causes(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(c) = src {
-        let _ = write!(s, ": {c}");
+        // (hyper and std repeat a cause's text one level down: once is enough.)
+        let text = c.to_string();
+        if !s.ends_with(&text) {
+            let _ = write!(s, ": {text}");
+        }
         src = c.source();
     }
     s
