@@ -365,6 +365,8 @@ impl Pullgate for Api {
             let out = loop {
                 tokio::select! {
                     out = &mut pull => break out,
+                    // The client went away: drop the pull, as a unary call's is dropped.
+                    _ = tx.closed() => return,
                     _ = tick.tick() => {
                         // Version 0: the manifest is not resolved yet, there is nothing to show.
                         let version = progress.snapshot().0;

@@ -81,8 +81,7 @@ pub fn lookup(host: &str) -> Result<Option<Credential>, DockerConfigError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(bad(e.to_string())),
     };
-    // serde_json's messages give a position, never the text.
-    let file: File = serde_json::from_slice(&text).map_err(|e| bad(format!("not valid JSON ({e})")))?;
+    let file = parse(&text).map_err(bad)?;
     if let Some((key, helper)) = file.cred_helpers.iter().find(|(k, _)| same_registry(k, host)) {
         return run_helper(helper, key);
     }
@@ -103,6 +102,18 @@ pub fn lookup(host: &str) -> Result<Option<Credential>, DockerConfigError> {
         _ => return Ok(None),
     };
     credential(user, secret).map(Some).map_err(bad)
+}
+
+/// config.json's content. serde_json's messages quote a value of the wrong type (a password,
+/// an `auth`): only the kind of error and its position are said.
+fn parse(text: &[u8]) -> Result<File, String> {
+    serde_json::from_slice(text).map_err(|e| {
+        let what = match e.classify() {
+            serde_json::error::Category::Data => "not docker's layout (a value of the wrong type)",
+            _ => "not valid JSON",
+        };
+        format!("{what} at line {} column {}", e.line(), e.column())
+    })
 }
 
 fn credential(user: String, secret: String) -> Result<Credential, String> {
@@ -164,5 +175,18 @@ mod tests {
             assert!(!e.contains(p), "{e}");
         }
         assert!(run_helper("../../bin/sh", "x").is_err());
+    }
+
+    #[test]
+    fn a_malformed_file_is_not_quoted() {
+        for text in [
+            r#"{"auths":{"r.io":"YWxpY2U6U2VjcmV0LTQ="}}"#,
+            r#"{"auths":{"r.io":{"username":"alice","password":918273645}}}"#,
+            r#"{"auths":{"r.io":{"auth":"YWxpY2U6U2VjcmV0LTQ=""#,
+        ] {
+            let e = parse(text.as_bytes()).err().unwrap_or_default();
+            assert!(e.contains("line 1 column"), "{e}");
+            assert!(!e.contains("YWxpY2U6U2VjcmV0LTQ") && !e.contains("918273645"), "{e}");
+        }
     }
 }

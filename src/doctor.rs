@@ -117,6 +117,56 @@ pub struct ContainerdConfig {
     pub grpc_address: Option<String>,
 }
 
+/// The files a config's `imports` name, as containerd resolves them.
+fn imports_of(v: &toml::Value, path: &Path) -> Result<Vec<PathBuf>, String> {
+    let Some(list) = v.get("imports") else { return Ok(Vec::new()) };
+    let list = list.as_array().ok_or("imports must be a list")?;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let mut out = Vec::new();
+    for i in list {
+        let i = i.as_str().ok_or("imports must list strings")?;
+        let pattern = dir.join(i);
+        let found = glob::glob(&pattern.to_string_lossy()).map_err(|e| format!("import {i}: {e}"))?;
+        let mut files: Vec<PathBuf> = found.filter_map(Result::ok).collect();
+        files.sort();
+        out.extend(files);
+    }
+    Ok(out)
+}
+
+/// Merges an imported config over `to` as containerd does: a plugin's or proxy plugin's
+/// section is replaced whole, `disabled_plugins` and other top-level lists are appended to,
+/// other tables merged key by key, other values replaced.
+fn merge_config(to: &mut toml::Value, from: toml::Value) {
+    let (Some(to), toml::Value::Table(from)) = (to.as_table_mut(), from) else { return };
+    for (k, v) in from {
+        match (to.get_mut(&k), v) {
+            (Some(toml::Value::Array(a)), toml::Value::Array(b)) => a.extend(b),
+            (Some(t @ toml::Value::Table(_)), toml::Value::Table(b)) if k == "plugins" || k == "proxy_plugins" => {
+                if let Some(t) = t.as_table_mut() {
+                    t.extend(b);
+                }
+            }
+            (Some(t @ toml::Value::Table(_)), v @ toml::Value::Table(_)) => merge_tables(t, v),
+            (_, v) => {
+                to.insert(k, v);
+            }
+        }
+    }
+}
+
+fn merge_tables(to: &mut toml::Value, from: toml::Value) {
+    let (Some(to), toml::Value::Table(from)) = (to.as_table_mut(), from) else { return };
+    for (k, v) in from {
+        match to.get_mut(&k) {
+            Some(t @ toml::Value::Table(_)) if v.is_table() => merge_tables(t, v),
+            _ => {
+                to.insert(k, v);
+            }
+        }
+    }
+}
+
 fn lookup<'a>(v: &'a toml::Value, path: &[&str]) -> Option<&'a toml::Value> {
     path.iter().try_fold(v, |v, k| v.get(*k))
 }
@@ -131,7 +181,10 @@ fn string_at(v: &toml::Value, path: &[&str]) -> Result<Option<String>, String> {
 
 impl ContainerdConfig {
     pub fn parse(text: &str) -> Result<ContainerdConfig, String> {
-        let v: toml::Value = toml::from_str(text).map_err(|e: toml::de::Error| e.message().to_string())?;
+        ContainerdConfig::of(&toml::from_str(text).map_err(|e: toml::de::Error| e.message().to_string())?)
+    }
+
+    fn of(v: &toml::Value) -> Result<ContainerdConfig, String> {
         let version = match v.get("version") {
             None => 1,
             Some(toml::Value::Integer(n)) => *n,
@@ -158,12 +211,12 @@ impl ContainerdConfig {
         // Version 3 is containerd 2.x's own layout; 2.x migrates a version 2 file from the
         // 1.x keys, so those are the ones to read in a version 2 file whatever the daemon.
         let cri_snapshotter = if version == 3 {
-            string_at(&v, &["plugins", "io.containerd.cri.v1.images", "snapshotter"])?
+            string_at(v, &["plugins", "io.containerd.cri.v1.images", "snapshotter"])?
         } else {
-            string_at(&v, &["plugins", "io.containerd.grpc.v1.cri", "containerd", "snapshotter"])?
+            string_at(v, &["plugins", "io.containerd.grpc.v1.cri", "containerd", "snapshotter"])?
         };
         let mut unpack = Vec::new();
-        match lookup(&v, &["plugins", TRANSFER, "unpack_config"]) {
+        match lookup(v, &["plugins", TRANSFER, "unpack_config"]) {
             None => {}
             Some(toml::Value::Array(a)) => {
                 for e in a {
@@ -180,14 +233,31 @@ impl ContainerdConfig {
             proxy_plugins,
             cri_snapshotter,
             unpack,
-            sharing_policy: string_at(&v, &["plugins", BOLT, "content_sharing_policy"])?,
-            grpc_address: string_at(&v, &["grpc", "address"])?,
+            sharing_policy: string_at(v, &["plugins", BOLT, "content_sharing_policy"])?,
+            grpc_address: string_at(v, &["grpc", "address"])?,
         })
     }
 
+    /// The config as containerd reads it: the file, then every file its `imports` name
+    /// (globs, relative to the importing file; their own imports too, each file once), merged
+    /// over it in that order.
     pub fn load(path: &Path) -> Result<ContainerdConfig, DoctorError> {
-        let text = std::fs::read_to_string(path).map_err(|source| DoctorError::Read { path: path.to_path_buf(), source })?;
-        ContainerdConfig::parse(&text).map_err(|reason| DoctorError::Parse { path: path.to_path_buf(), reason })
+        let read = |p: &Path| -> Result<toml::Value, DoctorError> {
+            let text = std::fs::read_to_string(p).map_err(|source| DoctorError::Read { path: p.to_path_buf(), source })?;
+            toml::from_str(&text).map_err(|e: toml::de::Error| DoctorError::Parse { path: p.to_path_buf(), reason: e.message().to_string() })
+        };
+        let mut merged = toml::Value::Table(Default::default());
+        let mut pending = std::collections::VecDeque::from([path.to_path_buf()]);
+        let mut seen = std::collections::HashSet::new();
+        while let Some(p) = pending.pop_front() {
+            if !seen.insert(p.clone()) {
+                continue;
+            }
+            let v = read(&p)?;
+            pending.extend(imports_of(&v, &p).map_err(|reason| DoctorError::Parse { path: p.clone(), reason })?);
+            merge_config(&mut merged, v);
+        }
+        ContainerdConfig::of(&merged).map_err(|reason| DoctorError::Parse { path: path.to_path_buf(), reason })
     }
 
     fn disables(&self, plugin_type: &str, id: &str) -> bool {
@@ -759,15 +829,26 @@ pub fn render_text(checks: &[Check]) -> String {
     let width = checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
     let mut s = String::new();
     for c in checks {
-        let _ = write!(s, "{:<8} {:<width$}  {}", c.status.as_str(), c.name, c.message);
+        // Messages quote what containerd holds (namespace labels any client may set): control
+        // characters are escaped, so that no value can draw lines of its own on a terminal.
+        let _ = write!(s, "{:<8} {:<width$}  {}", c.status.as_str(), c.name, printable(&c.message));
         if let Some(f) = &c.fix {
-            let _ = write!(s, "; fix: {f}");
+            let _ = write!(s, "; fix: {}", printable(f));
         }
         s.push('\n');
     }
     let [o, w, p] = counts(checks);
     let _ = writeln!(s, "\n{o} ok, {w} warning(s), {p} problem(s){}", if p > 0 { "; fix the problems and run pullgate doctor again" } else { "" });
     s
+}
+
+/// `text` with every control character escaped (`\n`, `\u{1b}`).
+fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect::<String>().into()
+    } else {
+        text.into()
+    }
 }
 
 /// `{"checks": [{"name", "status", "message", "fix"}], "ok", "warnings", "problems"}`;
@@ -800,6 +881,35 @@ mod tests {
 
     fn statuses(c: &[Check]) -> Vec<Status> {
         c.iter().map(|c| c.status).collect()
+    }
+
+    #[test]
+    fn imports_are_read_and_merged() {
+        let d = tempfile::tempdir().unwrap();
+        let main = d.path().join("config.toml");
+        std::fs::create_dir(d.path().join("conf.d")).unwrap();
+        std::fs::write(&main, format!("imports = [\"conf.d/*.toml\"]\n{V2}")).unwrap();
+        std::fs::write(
+            d.path().join("conf.d/10-shared.toml"),
+            "version = 2\ndisabled_plugins = [\"x.y\"]\n[plugins.\"io.containerd.metadata.v1.bolt\"]\ncontent_sharing_policy = \"shared\"\n[[plugins.\"io.containerd.transfer.v1.local\".unpack_config]]\nplatform = \"linux/amd64\"\nsnapshotter = \"overlayfs\"\n",
+        )
+        .unwrap();
+        let c = ContainerdConfig::load(&main).unwrap();
+        assert_eq!(c.sharing_policy.as_deref(), Some("shared"));
+        assert_eq!(c.unpack, vec![("linux/amd64".to_string(), "overlayfs".to_string())]);
+        assert!(c.disables("io.containerd.snapshotter.v1", "overlayfs") && c.disabled_plugins.iter().any(|p| p == "x.y"));
+        assert_eq!(c.proxy_plugins.get("pullgate").map(|p| p.0.as_str()), Some("snapshot"));
+        // An import that names itself is read once.
+        std::fs::write(&main, format!("imports = [\"config.toml\"]\n{V2}")).unwrap();
+        assert!(ContainerdConfig::load(&main).is_ok());
+    }
+
+    #[test]
+    fn values_from_containerd_cannot_draw_lines() {
+        let label = "x\u{1b}[2K\r\nok       sharing      fine";
+        let out = render_text(&[ok("namespaces", format!("namespace e defaults to {label}"))]);
+        assert_eq!(out.lines().filter(|l| l.starts_with("ok")).count(), 1, "{out}");
+        assert!(!out.contains('\u{1b}') && out.contains("\\u{1b}[2K\\r\\nok"), "{out}");
     }
 
     #[test]

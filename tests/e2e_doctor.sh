@@ -188,6 +188,29 @@ s = [c for c in d["checks"] if c["name"] == "sharing"]
 assert len(s) == 1 and s[0]["status"] == "warning", s
 PY
 
+log "containerd $V: a drop-in the config imports turns content sharing back on"
+sound_config
+mkdir -p "$C/conf.d"
+sed -i "/^version = /a imports = [\"$C/conf.d/*.toml\"]" "$C/config.toml"
+printf '[plugins."io.containerd.metadata.v1.bolt"]\n  content_sharing_policy = "shared"\n' > "$C/conf.d/50-shared.toml"
+restart_containerd || exit 1
+# containerd itself merges the drop-in: a namespace adopts another's blob by its digest alone.
+ctr_ namespaces create team-a >/dev/null 2>&1
+blob=$(ctr_ -n team-a content ls -q | head -1)
+: > "$WORK/empty"
+ctr_ -n rt-adopt content ingest --expected-digest "$blob" adopt <"$WORK/empty" >/dev/null 2>&1
+check "containerd reads the drop-in (an empty ingest by digest adopts $blob)" ctr_ -n rt-adopt content get "$blob"
+doctor
+line "doctor reads it too: shared content is a warning" '^warning +sharing +content_sharing_policy is "shared"'
+no_line "and does not say isolated" '^ok +sharing'
+ctr_ namespaces label team-a "containerd.io/defaults/snapshotter=$(printf 'x\033[2K\r\033[5A\nok       sharing      content_sharing_policy = "isolated"')" >/dev/null
+doctor
+check "a namespace label with control characters draws no line of its own (no escape byte in the output)" not grep -q $'\033' <<<"$OUT"
+no_line "(no injected ok line)" '^ok +sharing'
+ctr_ namespaces label team-a containerd.io/defaults/snapshotter=pullgate >/dev/null
+sound_config
+restart_containerd || exit 1
+
 log "containerd $V: CRI enabled (tests/cri_lib.sh's config: the shipped fragment, CRI on)"
 source "$REPO/tests/cri_lib.sh"
 containerd_cri_config "$V" "$PG/snapshotter.sock" "$REG_pub/pause:none" "$WORK/cri-hosts" && isolate

@@ -107,7 +107,8 @@ pg inspect -o json "$REG_h/private/none:v1" >/dev/null 2>&1; check "inspect -o j
 
 log "4. --user USER asks for the password on a terminal"
 out=$(python3 "$REPO/tests/ptyrun.py" --answer "Password:" "$PW" -- "$PG_BIN" verify --address "$PG/api.sock" -n P --plain-http --user alice "$IMG" 2>&1); rc=$?
-check "verify --user alice on a terminal prompts, takes the typed password and succeeds (rc=$rc)" bash -c "[ $rc -eq 0 ] && grep -q 'Password:' <<<'$out' && grep -q '^sha256:' <<<\"\$(tr -d '\r' <<<'$out')\""
+prompted_ok() { [ "$1" -eq 0 ] && grep -q 'Password:' <<<"$2" && tr -d '\r' <<<"$2" | grep -q '^sha256:'; }
+check "verify --user alice on a terminal prompts, takes the typed password and succeeds (rc=$rc)" prompted_ok "$rc" "$out"
 check "the typed password is not echoed" not grep -qF "$PW" <<<"$out"
 check "P holds the grant" test "$(grant_count P)" = 1
 out=$(python3 "$REPO/tests/ptyrun.py" --answer "Password:" "not-$PW" -- "$PG_BIN" verify --address "$PG/api.sock" -n P2 --plain-http --user alice "$IMG" 2>&1); rc=$?
@@ -122,17 +123,18 @@ check "pull on a terminal succeeds (rc=$rc)" test $rc -eq 0
 check "it redraws in place (cursor-up escapes)" grep -qP '\x1b\[[0-9]+A' "$WORK/progress1.raw"
 # The last frame: one line per blob (config and $NBIG layers), each done, its bytes in full.
 last=$(grep -E '^sha256:[0-9a-f]{12}: ' "$WORK/progress1.txt" | tail -n $((NBIG + 1)))
-# The base layers it shares with the first image are on the node already (exists); its own two
-# 8 MiB layers are downloaded (done).
-check "the last frame lists the config and the $NBIG layers, each done or exists, with every byte" bash -c "
-  [ \$(grep -cE '^sha256:[0-9a-f]{12}: (done|exists) +\|\+{40}\| ([0-9.]+ [KMG]?i?B)/\\2\$' <<<'$last') -eq $((NBIG + 1)) ]"
+# The base layers it shares with the first image are on the node already (copied from the
+# first image's namespace under the isolated store); its own two 8 MiB layers are downloaded
+# (done).
+check "the last frame lists the config and the $NBIG layers, each done or copied, with every byte" bash -c "
+  [ \$(grep -cE '^sha256:[0-9a-f]{12}: (done|copied) +\|\+{40}\| ([0-9.]+ [KMG]?i?B)/\\2\$' <<<'$last') -eq $((NBIG + 1)) ]"
 check "its two 8 MiB layers were downloaded, and show their size" test "$(grep -cE '^sha256:[0-9a-f]{12}: done +\|\+{40}\| 8\.0 MiB/8\.0 MiB$' <<<"$last")" -eq 2
 check "an elapsed/downloaded line" grep -qE '^elapsed: [0-9.]+ s +downloaded: [0-9.]+ MiB' "$WORK/progress1.txt"
 check "then the manifest digest and the summary, as without progress" bash -c "grep -qE '^sha256:[0-9a-f]{64}\$' '$WORK/progress1.txt' && grep -q 'blob(s) downloaded' '$WORK/progress1.txt'"
 ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q2 --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress2.raw" 2>&1
 tr -d '\r' < "$WORK/progress2.raw" | sed 's/\x1b\[[0-9]*[A-Z]//g' > "$WORK/progress2.txt"
-check "a second namespace's pull: every blob exists on the node already, nothing downloading" bash -c "
-  [ \$(grep -E '^sha256:[0-9a-f]{12}: ' '$WORK/progress2.txt' | tail -n $((NBIG + 1)) | grep -cE ': exists ') -eq $((NBIG + 1)) ] && ! grep -q ': done ' '$WORK/progress2.txt'"
+check "a second namespace's pull: every blob copied from the node, nothing downloading" bash -c "
+  [ \$(grep -E '^sha256:[0-9a-f]{12}: ' '$WORK/progress2.txt' | tail -n $((NBIG + 1)) | grep -cE ': copied ') -eq $((NBIG + 1)) ] && ! grep -q ': done ' '$WORK/progress2.txt'"
 ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q3 -q --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress3.raw" 2>&1; rc=$?
 check "pull -q on a terminal: no progress, the digest (rc=$rc)" bash -c "[ $rc -eq 0 ] && ! grep -qE '\|\+|elapsed:|\x1b\[' '$WORK/progress3.raw' && grep -qE '^sha256:[0-9a-f]{64}' '$WORK/progress3.raw'"
 ptyrun --stdout-file "$WORK/progress4.out" -- "$PG_BIN" pull --address "$PG/api.sock" -n Q4 --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress4.tty" 2>&1; rc=$?
@@ -143,6 +145,21 @@ check "pull with no terminal at all: stdout is the digest alone, stderr the one 
   "[ $rc -eq 0 ] && grep -qxE 'sha256:[0-9a-f]{64}' '$WORK/progress5.out' && [ \$(wc -l < '$WORK/progress5.out') -eq 1 ] && [ \$(wc -l < '$WORK/progress5.err') -eq 1 ] && grep -q 'blob(s) downloaded' '$WORK/progress5.err'"
 out=$(ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q6 --plain-http --user "alice:wrong" "$BIG" 2>&1); rc=$?
 check "a refused pull on a terminal: the error and exit 3, as without progress (rc=$rc)" bash -c "[ $rc -eq 3 ] && grep -q 'rejected the credentials' <<<'$out'"
+# A client that goes away mid-pull: the daemon drops the pull (its registry connection) as it
+# does a unary call's, rather than pulling on for nobody. The registry trickles the manifest.
+_launch_trickle() {
+  /usr/bin/python3 "$REPO/tests/evilregistry.py" --port "$PORT_1" --mode trickle --repo slow/app --tag v1 \
+    --manifest "$WORK/big/index.json" --log "$WORK/trickle.log" &
+  PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 10 curl -s -o /dev/null "http://127.0.0.1:$PORT_1/v2/"
+}
+launch_on_free_ports 1 _launch_trickle || fail "start the trickling registry"
+TPORT=$PORT_1
+conns() { ss -Htn state established "( dport = :$TPORT )" | wc -l; }
+no_conns() { [ "$(conns)" -eq 0 ]; }
+ptyrun --timeout 4 -- "$PG_BIN" pull --address "$PG/api.sock" -n Q7 --plain-http --user "alice:$PW" "127.0.0.1:$TPORT/slow/app:v1" >/dev/null 2>&1; rc=$?
+check "a pull on a terminal killed after 4 s (rc=$rc) had reached the trickling registry" grep -q '/v2/slow/app/manifests/' "$WORK/trickle.log"
+check "and the daemon drops its connection there within 10 s" wait_for 10 no_conns
 
 log "6. the transfer service's unpack platform is this machine's"
 check "dpkg's architecture maps to a containerd platform ($(node_platform))" test -n "$(node_platform)"
