@@ -70,16 +70,6 @@ pub struct Front {
 
 use crate::registry::host_platform;
 
-/// A channel to containerd's socket that connects on first use (and again after containerd
-/// restarts), so the front serves while containerd is still starting.
-fn lazy_channel(path: PathBuf) -> Channel {
-    // The URI is ignored: the connector dials the unix socket.
-    tonic::transport::Endpoint::from_static("http://[::]").connect_with_connector_lazy(tower::service_fn(move |_: http::Uri| {
-        let path = path.clone();
-        async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-    }))
-}
-
 /// The principal of a pod: its Kubernetes namespace, or `<namespace>/<pod name>`.
 fn principal_of(mode: CriPrincipal, meta: Option<&cri::PodSandboxMetadata>) -> Result<String, Status> {
     let Some(m) = meta.filter(|m| !m.namespace.is_empty()) else {
@@ -121,7 +111,7 @@ impl Front {
     pub fn new(upstream_address: PathBuf, puller: Arc<Puller>, snap: Arc<Snapshotter>, principal: CriPrincipal) -> Front {
         Front {
             chain_locks: Default::default(),
-            upstream: lazy_channel(upstream_address.clone()),
+            upstream: crate::pull::containerd::lazy_channel(upstream_address.clone()),
             upstream_address,
             puller,
             snap,

@@ -112,6 +112,9 @@ pub struct Puller {
 
 /// Blobs downloaded at once.
 const FETCH_CONCURRENCY: usize = 4;
+/// Blobs copied between namespaces at once: a copy waits mostly on containerd's commit (the
+/// blob's fsync and a metadata transaction), not on bytes, so more overlap well.
+const COPY_CONCURRENCY: usize = 16;
 
 fn now_nanos() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
@@ -202,12 +205,12 @@ impl Puller {
         let diff_ids = self.check_claims(&image, &facts, &got, cd).await?;
         let public = self.probe_public(&image, &diff_ids, &identity, sess).await;
         self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity)?;
-        self.place(&mut got, sess, cd, req.progress.as_deref()).await?;
+        let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
+        self.place(&mut got, sess, cd, &who, (!full).then_some(out.manifest.as_str()), req.progress.as_deref()).await?;
         out.downloaded.append(&mut got.downloaded);
         out.copied = got.copied.clone();
         tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %image.origin, manifest = %out.manifest,
             identity = %short(&identity), downloaded = out.downloaded.len(), "grant recorded");
-        let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
         self.label(&image, &got, &who, cd).await?;
         if !full {
             out.held_until = self.hold(&image, &got, &out.manifest, cd).await;
@@ -245,21 +248,40 @@ impl Puller {
         let mut got = Gathered::default();
         let needs_hash = |i: usize| i > 0 && facts.paired[i - 1].is_none();
         let digests = image.digests();
-        // A verify's lease may stay behind, holding what it placed for the namespace's next
-        // pull or run.
-        cd.begin_lease((!full).then_some(resolved.manifest.digest.as_str())).await?;
-        // Held first, then looked for: what is found present stays present.
-        let mut held = digests.clone();
-        held.push(&resolved.manifest.digest);
-        held.extend(resolved.index.as_ref().map(|i| i.digest.as_str()));
-        cd.hold_content(&held).await?;
-        got.present = cd.present(&digests).await?;
+        // A verify of a manifest whose blobs this origin all served, and pullgate all paired,
+        // reads no content: it only places what the namespace lacks (below, and in `place`).
+        got.needs_content = full || facts.known.is_none() || facts.served.iter().any(|s| !s) || facts.paired.iter().any(Option::is_none);
+        if got.needs_content {
+            // A verify's lease may stay behind, holding what it placed for the namespace's
+            // next pull or run.
+            cd.begin_lease((!full).then_some(resolved.manifest.digest.as_str())).await?;
+            // What is present is held, then looked for again: what is still present stays so
+            // (containerd's GC may take a blob between the two looks). What is written later
+            // is held by being written under the lease.
+            let mut all = digests.clone();
+            all.push(&resolved.manifest.digest);
+            all.extend(resolved.index.as_ref().map(|i| i.digest.as_str()));
+            let found = cd.present(&all).await?;
+            let found: Vec<&str> = all.iter().copied().filter(|d| found.contains(*d)).collect();
+            if !found.is_empty() {
+                cd.hold_content(&found).await?;
+                let still = cd.present(&found).await?;
+                got.present = digests.iter().filter(|d| still.contains(**d)).map(|d| d.to_string()).collect();
+            }
+        } else {
+            got.present = cd.present(&digests).await?;
+        }
         let cd = &*cd;
         let mut jobs: Vec<Job> = Vec::new();
         // (blob, namespace holding it) to hash from the node's content.
         let mut from_store: Vec<(Blob, Option<String>)> = Vec::new();
         // Other namespaces' content, looked up once and only when a blob is missing here.
         let mut elsewhere: Option<HashMap<String, String>> = None;
+        // Whether containerd lets this namespace adopt blobs by digest (a shared content store),
+        // as the first attempt showed: under an isolated store the others are copied without
+        // trying; under a shared one a verify leaves the rest to containerd, which lets the
+        // namespace take them by digest on its own.
+        let mut shared: Option<bool> = None;
         for (i, (b, served_here)) in image.all().zip(facts.served.iter().copied()).enumerate() {
             let in_ns = got.present.contains(&b.digest);
             let need_content = full || (i == 0 && facts.known.is_none());
@@ -270,17 +292,28 @@ impl Puller {
             if vouched {
                 // The namespace is entitled to these bytes: the origin accepted its credential
                 // for a manifest naming them, and served them.
-                if in_ns || cd.adopt_content(&b.digest, b.size).await? {
+                let tried = !in_ns && shared != Some(false) && (got.needs_content || shared.is_none());
+                let adopted = tried && cd.adopt_content(&b.digest, b.size).await?;
+                if adopted {
+                    shared = Some(true);
+                }
+                if in_ns || adopted {
                     got.present.insert(b.digest.clone());
                     if hash {
                         from_store.push((b.clone(), None));
                     }
+                } else if !got.needs_content && shared == Some(true) {
+                    // A verify under a shared store: nothing to place.
                 } else {
                     if elsewhere.is_none() {
                         elsewhere = Some(cd.holders_elsewhere(&digests).await?);
                     }
                     match elsewhere.as_ref().and_then(|h| h.get(&b.digest)) {
                         Some(from) => {
+                            // On the node, yet not adoptable: an isolated store.
+                            if tried {
+                                shared = Some(false);
+                            }
                             got.to_copy.push((b.clone(), from.clone(), need_content));
                             if hash {
                                 from_store.push((b.clone(), Some(from.clone())));
@@ -302,7 +335,7 @@ impl Puller {
                 got.newly_served.push(b.digest.clone());
             }
         }
-        let done = Job::run_all(jobs, sess, cd).await;
+        let done = Job::run_all(jobs, sess, cd, FETCH_CONCURRENCY).await;
         for d in done {
             got.took(d?);
         }
@@ -332,9 +365,25 @@ impl Puller {
     /// with the expected digest, which containerd checks; a blob whose copy fails comes from
     /// the origin instead when the pull needs it. A pull or verify refused before this copies
     /// nothing.
-    async fn place(&self, got: &mut Gathered, sess: &Session, cd: &Containerd, progress: Option<&crate::progress::Progress>) -> Result<()> {
-        let jobs = std::mem::take(&mut got.to_copy).into_iter().map(|(blob, from, keep)| Job::Copy { blob, from, keep });
-        let done = Job::run_all(jobs, sess, cd).await;
+    #[allow(clippy::too_many_arguments)]
+    async fn place(
+        &self,
+        got: &mut Gathered,
+        sess: &Session,
+        cd: &mut Containerd,
+        who: &HashMap<String, String>,
+        hold: Option<&str>,
+        progress: Option<&crate::progress::Progress>,
+    ) -> Result<()> {
+        if got.to_copy.is_empty() {
+            return Ok(());
+        }
+        if !cd.has_lease() {
+            cd.begin_lease(hold).await?;
+        }
+        let cd = &*cd;
+        let jobs = std::mem::take(&mut got.to_copy).into_iter().map(|(blob, from, keep)| Job::Copy { blob, from, keep, labels: who.clone() });
+        let done = Job::run_all(jobs, sess, cd, COPY_CONCURRENCY).await;
         for d in done {
             let d = d?;
             if let (Done::Copied(digest), Some(p)) = (&d, progress) {
@@ -418,10 +467,18 @@ impl Puller {
         Ok(())
     }
 
-    /// Labels in the namespace's content store: where the blobs came from, and for whom.
+    /// Labels in the namespace's content store: where the blobs came from, and for whom (a
+    /// copied blob got them with its commit).
     async fn label(&self, image: &Image, got: &Gathered, who: &HashMap<String, String>, cd: &Containerd) -> Result<()> {
-        for b in image.all().filter(|b| got.present.contains(&b.digest)) {
-            cd.label_content(&b.digest, who).await?;
+        for b in image.all().filter(|b| got.present.contains(&b.digest) && !got.copied.contains(&b.digest)) {
+            match cd.label_content(&b.digest, who).await {
+                // A verify that placed nothing holds no lease: containerd's GC may have just
+                // taken a blob no image referenced. The labels only describe; the grant stands.
+                Err(e) if !cd.has_lease() && e.code == tonic::Code::NotFound => {
+                    tracing::debug!(digest = %b.digest, "blob collected before it could be labelled");
+                }
+                r => r?,
+            }
         }
         Ok(())
     }
@@ -430,7 +487,7 @@ impl Puller {
     /// the lease expires (an image record of the namespace's next pull or run then holds them),
     /// and the namespace's earlier holds for the same manifest go. Returns when the hold ends.
     async fn hold(&self, image: &Image, got: &Gathered, manifest: &str, cd: &mut Containerd) -> Option<String> {
-        if !image.all().any(|b| got.present.contains(&b.digest)) {
+        if !cd.has_lease() || !image.all().any(|b| got.present.contains(&b.digest)) {
             return None;
         }
         let lease = cd.keep_lease()?;
@@ -474,10 +531,13 @@ impl Puller {
         let chains = ledger::chain_ids(diff_ids);
         for (i, b) in image.layers.iter().enumerate() {
             let chain = &chains[i];
-            // Held first, then looked for: a chain found here stays until the image holds it.
-            cd.hold_snapshot(sn, chain).await?;
+            // A chain found here is held, then looked for again: it stays until the image holds
+            // it. One made below is made under the lease.
             if cd.snapshot_exists(sn, chain).await? {
-                continue;
+                cd.hold_snapshot(sn, chain).await?;
+                if cd.snapshot_exists(sn, chain).await? {
+                    continue;
+                }
             }
             let parent = if i == 0 { "" } else { chains[i - 1].as_str() };
             let labels = HashMap::from([(SNAPSHOT_REF_LABEL.to_string(), chain.clone())]);
@@ -646,6 +706,9 @@ struct Facts {
 /// What `gather` established.
 #[derive(Default)]
 struct Gathered {
+    /// Whether the pull reads or writes content (a lease holds it from the start); a verify of
+    /// a manifest pullgate knows in full only places what the namespace lacks.
+    needs_content: bool,
     /// Blobs the namespace's content store holds.
     present: std::collections::HashSet<String>,
     /// Blobs this origin served for the first time (downloaded or vouched for by HEAD).
@@ -663,8 +726,9 @@ struct Gathered {
 
 /// Getting one blob's bytes for a pull or verify.
 enum Job {
-    /// From another namespace's content on the node; if that fails and `keep`, from the origin.
-    Copy { blob: Blob, from: String, keep: bool },
+    /// From another namespace's content on the node, committed with `labels`; if that fails
+    /// and `keep`, from the origin.
+    Copy { blob: Blob, from: String, keep: bool, labels: HashMap<String, String> },
     /// From the origin: kept in the content store, or only compared; hashed, or not.
     Fetch { blob: Blob, keep: bool, hash: bool },
 }
@@ -676,21 +740,21 @@ enum Done {
 }
 
 impl Job {
-    /// Runs jobs, `FETCH_CONCURRENCY` at a time.
-    async fn run_all(jobs: impl IntoIterator<Item = Job>, sess: &Session, cd: &Containerd) -> Vec<Result<Done>> {
+    /// Runs jobs, `at_once` at a time.
+    async fn run_all(jobs: impl IntoIterator<Item = Job>, sess: &Session, cd: &Containerd, at_once: usize) -> Vec<Result<Done>> {
         futures_util::stream::iter(jobs)
             .map(|job| {
                 let mut s = sess.clone();
                 async move { job.run(&mut s, cd).await }
             })
-            .buffer_unordered(FETCH_CONCURRENCY)
+            .buffer_unordered(at_once)
             .collect()
             .await
     }
 
     async fn run(self, sess: &mut Session, cd: &Containerd) -> Result<Done> {
         let (blob, keep, hash) = match self {
-            Job::Copy { blob, from, keep } => match cd.copy_from(&from, &blob.digest, blob.size).await {
+            Job::Copy { blob, from, keep, labels } => match cd.copy_from(&from, &blob.digest, blob.size, &labels).await {
                 Ok(()) => return Ok(Done::Copied(blob.digest)),
                 Err(e) => {
                     tracing::warn!(digest = %blob.digest, from = %from, error = %e, "cannot copy the blob from another namespace on the node");
