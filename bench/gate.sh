@@ -75,20 +75,22 @@ pg pull -n tenant-a --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
 "${ISOCTR[@]}" -n tenant-a images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
 pgi pull -n tenant-a --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "pullgate pull on the isolated containerd failed"
 declare -A T B
+# Each measured step starts once the previous one's writes are on disk (sync): a copy or a pull
+# commits blobs with fsync, which would otherwise wait for the step before it.
 for rep in $(seq 1 "$REPS"); do
-  read -r m1 m2 < <(marks); t0=$(now)
+  sync; read -r m1 m2 < <(marks); t0=$(now)
   pg verify -n "v$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
   t1=$(now); T[verify]+="$(elapsed "$t0" "$t1") "; B[verify]+="$(registry_bytes "$m1" "$m2") "
-  read -r m1 m2 < <(marks); t0=$(now)
+  sync; read -r m1 m2 < <(marks); t0=$(now)
   "${ISOCTR[@]}" -n "iso$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
   t1=$(now); T[iso]+="$(elapsed "$t0" "$t1") "; B[iso]+="$(registry_bytes "$m1" "$m2") "
-  read -r m1 m2 < <(marks); t0=$(now)
+  sync; read -r m1 m2 < <(marks); t0=$(now)
   ctr_ -n "c$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
   t1=$(now); T[ctr]+="$(elapsed "$t0" "$t1") "; B[ctr]+="$(registry_bytes "$m1" "$m2") "
-  read -r m1 m2 < <(marks); t0=$(now)
+  sync; read -r m1 m2 < <(marks); t0=$(now)
   pgi verify -n "vi$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated verify failed"
   t1=$(now); T[iverify]+="$(elapsed "$t0" "$t1") "; B[iverify]+="$(registry_bytes "$m1" "$m2") "
-  read -r m1 m2 < <(marks); t0=$(now)
+  sync; read -r m1 m2 < <(marks); t0=$(now)
   pgi pull -n "pi$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated pull failed"
   t1=$(now); T[ipull]+="$(elapsed "$t0" "$t1") "; B[ipull]+="$(registry_bytes "$m1" "$m2") "
 done
