@@ -231,7 +231,7 @@ fn usage(e: impl std::fmt::Display) -> i32 {
 }
 
 async fn client(address: &std::path::Path) -> Result<PullgateClient<tonic::transport::Channel>, i32> {
-    match containerd_client::connect(address).await {
+    match crate::pull::containerd::channel(address).await {
         Ok(ch) => Ok(PullgateClient::new(ch)),
         Err(e) => {
             eprintln!("pullgate: cannot reach pullgate at {}: {} (is `pullgate serve` running?)", address.display(), crate::doctor::causes(&e));

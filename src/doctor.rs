@@ -23,8 +23,7 @@ pub const EXIT_PROBLEM: i32 = 1;
 const SNAPSHOTTER_TYPE: &str = "io.containerd.snapshotter.v1";
 /// The namespace label that makes a namespace's clients use a snapshotter with no flag.
 pub const DEFAULT_SNAPSHOTTER_LABEL: &str = "containerd.io/defaults/snapshotter";
-/// The namespace label with which containerd 1.7+ shares a namespace's blobs with every other.
-pub const SHAREABLE_LABEL: &str = "containerd.io/namespace.shareable";
+pub use crate::pull::containerd::SHAREABLE_LABEL;
 /// Every snapshotter built into containerd 1.6 to 2.x on Linux: each one is a way around the gate.
 const BUILTIN_SNAPSHOTTERS: [&str; 8] = ["overlayfs", "native", "btrfs", "zfs", "devmapper", "aufs", "blockfile", "erofs"];
 const BOLT: &str = "io.containerd.metadata.v1.bolt";
@@ -323,7 +322,7 @@ pub fn causes(e: &dyn std::error::Error) -> String {
 
 async fn channel(what: &'static str, address: &Path) -> Result<tonic::transport::Channel, DoctorError> {
     let bad = |reason: String| DoctorError::Connect { what, address: address.to_path_buf(), reason };
-    match tokio::time::timeout(CALL_TIMEOUT, containerd_client::connect(address)).await {
+    match tokio::time::timeout(CALL_TIMEOUT, crate::pull::containerd::channel(address)).await {
         Err(_) => Err(bad(format!("no answer within {}s", CALL_TIMEOUT.as_secs()))),
         Ok(Err(e)) => Err(bad(causes(&e))),
         Ok(Ok(ch)) => Ok(ch),

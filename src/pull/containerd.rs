@@ -65,9 +65,18 @@ fn dial(
     })
 }
 
+/// A channel to a gRPC server on a unix socket (containerd's, or pullgate's own API).
+pub async fn channel(path: &Path) -> std::result::Result<Channel, tonic::transport::Error> {
+    endpoint().connect_with_connector(dial(path.to_path_buf())).await
+}
+
 /// A channel to containerd that connects on first use (and again after containerd restarts).
 pub fn lazy_channel(path: std::path::PathBuf) -> Channel {
     endpoint().connect_with_connector_lazy(dial(path))
+}
+
+fn shareable(labels: &HashMap<String, String>) -> bool {
+    labels.get(SHAREABLE_LABEL).is_some_and(|v| v == "true")
 }
 
 pub struct Containerd {
@@ -78,7 +87,7 @@ pub struct Containerd {
 
 impl Containerd {
     pub async fn connect(address: &Path, namespace: &str) -> Result<Containerd> {
-        let channel = endpoint().connect_with_connector(dial(address.to_path_buf())).await.map_err(|e| ContainerdError {
+        let channel = channel(address).await.map_err(|e| ContainerdError {
             context: format!("connect to {}", address.display()),
             status: e.to_string(),
             code: Code::Unavailable,
@@ -193,7 +202,18 @@ impl Containerd {
     /// The namespaces labelled `containerd.io/namespace.shareable=true`: containerd 1.7+ lets
     /// every namespace read their blobs, whatever the content sharing policy.
     pub async fn shareable_namespaces(&self) -> Result<Vec<String>> {
-        Ok(self.namespaces().await?.into_iter().filter(|(_, l)| l.get(SHAREABLE_LABEL).is_some_and(|v| v == "true")).map(|(n, _)| n).collect())
+        Ok(self.namespaces().await?.into_iter().filter(|(_, l)| shareable(l)).map(|(n, _)| n).collect())
+    }
+
+    /// Whether this namespace is labelled `containerd.io/namespace.shareable=true` (one Get; a
+    /// namespace containerd does not know yet is not).
+    pub async fn is_shareable(&self) -> Result<bool> {
+        use containerd_client::services::v1::{namespaces_client::NamespacesClient, GetNamespaceRequest};
+        match NamespacesClient::new(self.channel.clone()).get(GetNamespaceRequest { name: self.namespace.clone() }).await {
+            Ok(r) => Ok(r.into_inner().namespace.is_some_and(|n| shareable(&n.labels))),
+            Err(s) if s.code() == Code::NotFound => Ok(false),
+            Err(s) => Err(err(format!("get namespace {}", self.namespace))(s)),
+        }
     }
 
     /// Deletes the leases a previous pullgate process left behind (it was killed mid-pull), in
@@ -202,10 +222,10 @@ impl Containerd {
     /// (`HOLD_LABEL`) is not stale: it expires by itself.
     pub async fn delete_stale_leases(address: &Path) -> Result<usize> {
         use containerd_client::services::v1::ListRequest;
-        let mut c = Containerd::connect(address, "").await?;
+        let all = Containerd::connect(address, "").await?;
         let mut n = 0;
-        for (ns, _) in c.namespaces().await? {
-            c.namespace = ns;
+        for (ns, _) in all.namespaces().await? {
+            let c = all.elsewhere(&ns);
             let filter = format!("labels.\"{LEASE_LABEL}\"");
             let leases = LeasesClient::new(c.channel.clone())
                 .list(c.req(ListRequest { filters: vec![filter] }))

@@ -166,14 +166,14 @@ impl Puller {
     /// namespace read its blobs, whatever the content sharing policy, and pullgate cannot stop
     /// a client from setting the label.
     async fn shareable_warning(cd: &Containerd, namespace: &str) -> Option<String> {
-        match cd.shareable_namespaces().await {
-            Ok(list) if list.iter().any(|n| n == namespace) => Some(format!(
+        match cd.is_shareable().await {
+            Ok(true) => Some(format!(
                 "namespace {namespace} is labelled {}=true: containerd 1.7+ lets every namespace read its blobs, this image's included; \
                  remove the label to keep them to {namespace} (ctr namespaces label {namespace} {}=)",
                 containerd::SHAREABLE_LABEL,
                 containerd::SHAREABLE_LABEL
             )),
-            Ok(_) => None,
+            Ok(false) => None,
             Err(e) => Some(format!("cannot tell whether namespace {namespace} shares its blobs: {e}")),
         }
     }
@@ -487,7 +487,7 @@ impl Puller {
     /// the lease expires (an image record of the namespace's next pull or run then holds them),
     /// and the namespace's earlier holds for the same manifest go. Returns when the hold ends.
     async fn hold(&self, image: &Image, got: &Gathered, manifest: &str, cd: &mut Containerd) -> Option<String> {
-        if !cd.has_lease() || !image.all().any(|b| got.present.contains(&b.digest)) {
+        if !image.all().any(|b| got.present.contains(&b.digest)) {
             return None;
         }
         let lease = cd.keep_lease()?;
