@@ -12,7 +12,7 @@ source "$here/tests/lib.sh"
 source "$here/bench/lib.sh"
 set +e
 trap cleanup EXIT
-PG_LOG_LEVEL=info
+PG_LOG_LEVEL=${PG_LOG_LEVEL:-info}
 RUNS=${RUNS:-5}
 python3 "$REPO/tests/mkimage.py" "$WORK/img" --tag v1 --extra-layers 6 --layer-mb 20 --seed 5 --message "bench app" >/dev/null
 start_registry h htpasswd alice bench-pw >/dev/null
@@ -31,3 +31,5 @@ for op in verify pull; do
     printf '%-6s %d: %6.3f s  (%s)\n' "$op" "$i" "$(elapsed "$t0" "$t1")" "$(grep -o '[0-9]* blob(s) downloaded, [0-9]* copied' <<<"$out")"
   done
 done
+# With PG_LOG_LEVEL=debug: where each verify's and pull's time went, stage by stage.
+grep 'stages took' "$PG/log" | grep -o 'op=.*' || true

@@ -164,6 +164,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         hosts_dir: cfg.registry.hosts_dir.clone(),
         timeout: cfg.registry.timeout(),
         stale_leases_gone: tokio::sync::OnceCell::new(),
+        content_blobs: tokio::sync::OnceCell::new(),
     });
     let sock = &cfg.daemon.snapshotter_socket;
     let listener = bind_socket(sock)?;

@@ -15,7 +15,11 @@
 #   5. the copy goes through containerd: the content store keeps one file per blob and
 #      pullgate leaves no ingest behind;
 #   6. a namespace labelled containerd.io/namespace.shareable=true is reported, by `pullgate
-#      verify` and at pullgate's start-up.
+#      verify` and at pullgate's start-up;
+#   7. copies read the blob files in containerd's content store (the directory containerd's
+#      content plugin reports), and through containerd when pullgate cannot see them: pullgate
+#      restarted in its own mount namespace with that directory hidden still copies (no blob
+#      GET) and G runs the image.
 # Usage: tests/e2e_isolated.sh VERSION
 source "$(dirname "$0")/lib.sh"
 V=${1:?usage: e2e_isolated.sh 1.6|1.7|2.1}
@@ -155,6 +159,8 @@ check "the content store has one file for the top layer ($n)" test "$n" = 1
 left=$(for ns in A B C E; do ctr_ -n "$ns" content active 2>/dev/null | awk 'NR > 1 && $1 ~ /^pullgate-/ {print $1}'; done)
 check "pullgate left no ingest behind in any namespace (${left:-none})" test -z "$left"
 check "and the listing works (B's own unfinished ingests are listed)" bash -c "$(printf '%q ' "${CTR[@]}") -n B content active | grep -q '^steal-'"
+check "the copies read the blob files in containerd's content store ($croot/blobs)" \
+  grep -qF "copies and hashes read blobs from their files in containerd's content store (through containerd when a file cannot be opened) path=$croot/blobs" "$PG/log"
 
 log "6. namespaces labelled shareable are reported"
 ctr_ namespaces create E >/dev/null 2>&1
@@ -172,6 +178,28 @@ reported=$(grep 'namespace shares its blobs' "$PG/log" | grep -o 'namespace=[^ ]
 check "and names no other namespace ($reported)" test "$reported" = "namespace=E"
 wait_backend
 check_out "A still runs the image" "$PRIVMSG" run_img A a2 "$IMG"
+
+log "7. without the blob files, copies read through containerd"
+# E shares its blobs no more: G must get them by copy, not by digest.
+check "E's shareable label removed" ctr_ namespaces label E containerd.io/namespace.shareable=
+kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
+# pullgate in a mount namespace of its own, where an empty tmpfs hides containerd's blob files.
+unshare --mount --propagation private -- sh -c 'mount -t tmpfs hidden "$1" && exec "$2" serve --config "$3"' _ \
+  "$croot/blobs" "$PG_BIN" "$PG/config.toml" >>"$PG/log" 2>&1 &
+PG_PID=$!; PIDS+=($PG_PID)
+wait_for 20 test -S "$PG/snapshotter.sock" || { fail "pullgate did not start in its own mount namespace"; tail -20 "$PG/log"; exit 1; }
+wait_backend
+check "containerd's blob files exist outside pullgate's mount namespace" test -s "$croot/blobs/sha256/${TOP#sha256:}"
+check "and pullgate cannot see them" not nsenter -t "$PG_PID" -m test -e "$croot/blobs/sha256/${TOP#sha256:}"
+m=$(mark)
+out=$(pg pull -n G --plain-http --user "carol:$PW_CAROL" "$IMG" 2>&1); rc=$?
+check "G's pullgate pull succeeds (rc=$rc)" test $rc -eq 0
+check "it copied all $NBLOBS blobs from the node and downloaded none ($(grep -o "[0-9]* blob(s) downloaded.*" <<<"$out"))" grep -qF "0 blob(s) downloaded, $NBLOBS copied from the node" <<<"$out"
+check "no blob GET at the registry ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
+check "pullgate read them through containerd (it says it could not open the files)" grep -q "cannot open the blob's file; reading it through containerd" "$PG/log"
+got=$(ctr_ -n G content get "$TOP" | sha256sum | cut -d' ' -f1)
+check "G reads the top layer's exact bytes (sha256 $got)" test "sha256:$got" = "$TOP"
+check_out "G runs the image" "$PRIVMSG" run_img G g1 "$IMG"
 check "no password in pullgate's log" not grep -qE "$PW_ALICE|$PW_BOB|$PW_CAROL" "$PG/log"
 
 summary "e2e isolated (containerd $V)"

@@ -6,7 +6,7 @@
 //! another's (for an isolated content store).
 use containerd_client::services::v1::snapshots as snap;
 use containerd_client::services::v1::{
-    content_client::ContentClient, diff_client::DiffClient, images_client::ImagesClient, leases_client::LeasesClient,
+    content_client::ContentClient, diff_client::DiffClient, introspection_client::IntrospectionClient, PluginsRequest, images_client::ImagesClient, leases_client::LeasesClient,
     snapshots::snapshots_client::SnapshotsClient, AbortRequest, AddResourceRequest, ApplyRequest, CreateImageRequest, CreateRequest,
     DeleteRequest, Image, InfoRequest, ListContentRequest, ReadContentRequest, UpdateImageRequest, UpdateRequest, WriteAction,
     WriteContentRequest,
@@ -14,7 +14,8 @@ use containerd_client::services::v1::{
 use containerd_client::types::{Descriptor, Mount};
 use futures_util::StreamExt;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
@@ -31,6 +32,8 @@ pub const HOLD_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
 /// namespace, even under `content_sharing_policy = "isolated"`.
 pub const SHAREABLE_LABEL: &str = "containerd.io/namespace.shareable";
 const LEASE_HEADER: &str = "containerd-lease";
+/// The type of containerd's content plugins (its local store is the one with id `content`).
+const CONTENT_PLUGIN_TYPE: &str = "io.containerd.content.v1";
 /// Bytes per content Write message (containerd accepts messages of up to 16 MiB).
 const WRITE_CHUNK: usize = 4 << 20;
 
@@ -83,6 +86,8 @@ pub struct Containerd {
     channel: Channel,
     namespace: String,
     lease: Option<String>,
+    /// containerd's local content store's `blobs` directory, when known (`with_blobs`).
+    blobs: Option<Arc<PathBuf>>,
 }
 
 impl Containerd {
@@ -97,7 +102,32 @@ impl Containerd {
 
     /// A client over an existing channel to containerd (the CRI front's).
     pub fn on(channel: Channel, namespace: &str) -> Containerd {
-        Containerd { channel, namespace: namespace.to_string(), lease: None }
+        Containerd { channel, namespace: namespace.to_string(), lease: None, blobs: None }
+    }
+
+    /// Where copies read blob bytes from (`content_blobs`); without it they read through
+    /// containerd's Read call.
+    pub fn with_blobs(mut self, blobs: Option<Arc<PathBuf>>) -> Containerd {
+        self.blobs = blobs;
+        self
+    }
+
+    /// The `blobs` directory of containerd's local content store, from the root its content
+    /// plugin exports in Introspection (`ctr plugins ls -d`); None when containerd names none.
+    pub async fn content_blobs(&self) -> Result<Option<PathBuf>> {
+        let filters = vec![format!("type=={CONTENT_PLUGIN_TYPE}"), "id==content".to_string()];
+        let plugins = IntrospectionClient::new(self.channel.clone())
+            .plugins(PluginsRequest { filters })
+            .await
+            .map_err(err("list containerd's content plugin"))?
+            .into_inner()
+            .plugins;
+        Ok(plugins
+            .iter()
+            .find(|p| p.r#type == CONTENT_PLUGIN_TYPE && p.id == "content" && p.init_err.is_none())
+            .and_then(|p| p.exports.get("root"))
+            .filter(|r| Path::new(r).is_absolute())
+            .map(|r| Path::new(r).join("blobs")))
     }
 
     fn req<T>(&self, msg: T) -> Request<T> {
@@ -259,20 +289,20 @@ impl Containerd {
 
     /// The same connection, reading namespace `namespace` (no lease).
     pub fn elsewhere(&self, namespace: &str) -> Containerd {
-        Containerd { channel: self.channel.clone(), namespace: namespace.to_string(), lease: None }
+        Containerd { channel: self.channel.clone(), namespace: namespace.to_string(), lease: None, blobs: self.blobs.clone() }
     }
 
     /// Copies a blob from namespace `from`'s content store into this namespace's (under this
-    /// lease): the bytes are read through containerd and written back with the expected digest
-    /// and size, which containerd checks again on commit; on disk the content store keeps one
-    /// copy. Under `content_sharing_policy = "isolated"` this is the only way a namespace gets
-    /// a blob another namespace holds without downloading it again.
-    /// `labels` are set with the commit (one metadata transaction, not two).
+    /// lease): the bytes are written back with the expected digest and size, which containerd
+    /// checks again on commit; on disk the content store keeps one copy. Under
+    /// `content_sharing_policy = "isolated"` this is the only way a namespace gets a blob
+    /// another namespace holds without downloading it again (`blob_bytes` says where the bytes are
+    /// read). `labels` are set with the commit (one metadata transaction, not two).
     pub async fn copy_from(&self, from: &str, digest: &str, size: u64, labels: &HashMap<String, String>) -> Result<()> {
-        let mut r = self.elsewhere(from).reader(digest).await?;
+        let mut r = self.elsewhere(from).blob_bytes(digest, size).await?;
         let mut w = self.writer(digest, size);
         while let Some(chunk) = r.next_chunk().await? {
-            w.write(&chunk).await?;
+            w.write_owned(chunk).await?;
         }
         w.commit(labels.clone()).await?;
         crate::metrics::record_copied(size);
@@ -318,7 +348,20 @@ impl Containerd {
         Ok(())
     }
 
-    /// Opens a blob of the namespace for reading; `ContentReader::next_chunk` gives its bytes.
+    /// Opens a blob of the namespace (`size` bytes) for reading: its file in containerd's
+    /// content store when pullgate knows where that is (`with_blobs`), which spares containerd
+    /// reading the file and sending every byte over its socket, else through containerd.
+    /// Whoever reads must not trust the bytes: a copy's commit is checked by containerd, a
+    /// layer's hash by pullgate's hasher against the digest.
+    pub async fn blob_bytes(&self, digest: &str, size: u64) -> Result<BlobReader> {
+        match self.blobs.as_deref().and_then(|b| open_blob_file(b, digest, size)) {
+            Some(file) => Ok(BlobReader::File { file: Some(file), left: size, digest: digest.to_string() }),
+            None => Ok(BlobReader::Containerd(Box::new(self.reader(digest).await?))),
+        }
+    }
+
+    /// Opens a blob of the namespace for reading through containerd; `ContentReader::next_chunk`
+    /// gives its bytes.
     pub async fn reader(&self, digest: &str) -> Result<ContentReader> {
         let stream = ContentClient::new(self.channel.clone())
             .read(self.req(ReadContentRequest { digest: digest.to_string(), offset: 0, size: 0 }))
@@ -495,6 +538,50 @@ impl Containerd {
     }
 }
 
+/// The blob's file in containerd's local content store (`blobs`), opened, when the digest is a
+/// sha256 one and the file has the blob's size; None otherwise (the copy then reads through
+/// containerd). The file's bytes are no claim: containerd hashes what is written and refuses a
+/// commit that does not match.
+fn open_blob_file(blobs: &Path, digest: &str, size: u64) -> Option<std::fs::File> {
+    let hex = digest.strip_prefix("sha256:").filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))?;
+    let path = blobs.join("sha256").join(hex);
+    let file = std::fs::File::open(&path).map_err(|e| tracing::debug!(path = %path.display(), error = %e, "cannot open the blob's file; reading it through containerd")).ok()?;
+    (file.metadata().ok()?.len() == size).then_some(file)
+}
+
+/// A blob's bytes, from its file or through containerd (`Containerd::blob_bytes`).
+pub enum BlobReader {
+    File { file: Option<std::fs::File>, left: u64, digest: String },
+    Containerd(Box<ContentReader>),
+}
+
+impl BlobReader {
+    pub async fn next_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        let (file, left, digest) = match self {
+            BlobReader::Containerd(r) => return r.next_chunk().await,
+            BlobReader::File { file, left, digest } => (file, left, digest),
+        };
+        let n = WRITE_CHUNK.min(*left as usize);
+        let failed = |e: String| ContainerdError { context: format!("read the file of blob {digest}"), status: e, code: Code::Unavailable };
+        if n == 0 {
+            return Ok(None);
+        }
+        let Some(mut f) = file.take() else { return Err(failed("read after an error".into())) };
+        // On the blocking pool: the runtime's workers serve containerd's snapshot requests.
+        let (f, chunk) = tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            let mut buf = vec![0u8; n];
+            f.read_exact(&mut buf).map(|()| (f, buf))
+        })
+        .await
+        .map_err(|e| failed(e.to_string()))?
+        .map_err(|e| failed(e.to_string()))?;
+        *file = Some(f);
+        *left -= n as u64;
+        Ok(Some(chunk))
+    }
+}
+
 /// A blob being read from the content store.
 pub struct ContentReader {
     stream: tonic::Streaming<containerd_client::services::v1::ReadContentResponse>,
@@ -559,11 +646,25 @@ impl ContentWriter {
     }
 
     pub async fn write(&mut self, data: &[u8]) -> Result<()> {
+        if self.buf.is_empty() {
+            // Room for one message at once: growing the buffer would copy it again.
+            self.buf.reserve(WRITE_CHUNK.min(self.size.saturating_sub(self.offset) as usize).max(data.len()));
+        }
         self.buf.extend_from_slice(data);
         if self.buf.len() >= WRITE_CHUNK {
             self.flush().await?;
         }
         Ok(())
+    }
+
+    /// Writes bytes the caller gives up: a chunk large enough is sent as it is when nothing is
+    /// buffered (not copied into the buffer first).
+    pub async fn write_owned(&mut self, data: Vec<u8>) -> Result<()> {
+        if self.buf.is_empty() && data.len() >= WRITE_CHUNK / 8 {
+            self.buf = data;
+            return self.flush().await;
+        }
+        self.write(&data).await
     }
 
     /// Commits with `labels`; containerd checks size and digest again.
@@ -594,9 +695,31 @@ impl Drop for ContentWriter {
             let channel = self.channel.clone();
             let (ns, lease) = (self.namespace.clone(), self.lease.clone());
             tokio::spawn(async move {
-                let c = Containerd { channel, namespace: ns, lease };
+                let c = Containerd { channel, namespace: ns, lease, blobs: None };
                 let _ = ContentClient::new(c.channel.clone()).abort(c.req(AbortRequest { r#ref })).await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_file_is_opened_only_for_a_sha256_digest_of_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let hex = "a".repeat(64);
+        std::fs::create_dir_all(dir.path().join("sha256")).unwrap();
+        std::fs::write(dir.path().join("sha256").join(&hex), b"four").unwrap();
+        std::fs::write(dir.path().join("outside"), b"four").unwrap();
+        assert!(open_blob_file(dir.path(), &format!("sha256:{hex}"), 4).is_some());
+        // Another size: not the blob the copy expects.
+        assert!(open_blob_file(dir.path(), &format!("sha256:{hex}"), 5).is_none());
+        // Digests that are not a sha256 hex name the path of nothing in the store.
+        for d in ["sha256:../outside", &format!("sha256:{}", "A".repeat(64)), &format!("sha512:{hex}"), &format!("sha256:{hex}/"), "sha256:", &hex] {
+            assert!(open_blob_file(dir.path(), d, 4).is_none(), "{d}");
+        }
+        assert!(open_blob_file(dir.path(), &format!("sha256:{}", "b".repeat(64)), 4).is_none());
     }
 }

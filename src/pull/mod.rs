@@ -108,6 +108,8 @@ pub struct Puller {
     pub timeout: Option<std::time::Duration>,
     /// Set once the leases of a previous (killed) pullgate process have been deleted.
     pub stale_leases_gone: tokio::sync::OnceCell<()>,
+    /// containerd's content store's blob directory, asked once (`Containerd::content_blobs`).
+    pub content_blobs: tokio::sync::OnceCell<Option<Arc<PathBuf>>>,
 }
 
 /// Blobs downloaded at once.
@@ -151,14 +153,34 @@ impl Puller {
             })
             .await?;
         let opts = Options { plain_http: req.plain_http, hosts_dir: self.hosts_dir.as_deref(), server: req.server.as_deref(), timeout: self.timeout };
+        let mut stages = Stages::new();
         let mut sess = Session::new(&req.reference, req.cred.clone(), &opts)?;
         sess.report_to(req.progress.clone());
         let resolved = sess.resolve(&req.reference, &req.platform).await?;
-        let mut cd = Containerd::connect(&self.containerd, &req.namespace).await?;
-        let out = self.run_with(req, full, &mut sess, &resolved, &mut cd).await;
+        let cd = Containerd::connect(&self.containerd, &req.namespace).await?;
+        let blobs = self
+            .content_blobs
+            .get_or_try_init(|| async {
+                let blobs = cd.content_blobs().await?;
+                match &blobs {
+                    Some(b) => tracing::info!(path = %b.display(), "copies and hashes read blobs from their files in containerd's content store (through containerd when a file cannot be opened)"),
+                    None => tracing::info!("containerd names no local content store: copies and hashes read blobs through containerd"),
+                }
+                Ok::<_, ContainerdError>(blobs.map(Arc::new))
+            })
+            .await
+            .ok()
+            .cloned()
+            .flatten();
+        let mut cd = cd.with_blobs(blobs);
+        stages.done("resolve");
+        let out = self.run_with(req, full, &mut sess, &resolved, &mut cd, &mut stages).await;
         cd.end_lease().await;
+        stages.done("end-lease");
         let mut out = out?;
         out.warnings.extend(Self::shareable_warning(&cd, &req.namespace).await);
+        stages.done("warnings");
+        tracing::debug!(namespace = %req.namespace, manifest = %out.manifest, op = if full { "pull" } else { "verify" }, stages = %stages, "stages took");
         Ok(out)
     }
 
@@ -187,6 +209,7 @@ impl Puller {
         sess: &mut Session,
         resolved: &registry::Resolved,
         cd: &mut Containerd,
+        stages: &mut Stages,
     ) -> Result<Outcome> {
         let image = Image::of(req, resolved, sess)?;
         req.progress.iter().for_each(|p| p.announce(image.all().map(|b| (b.digest.as_str(), b.size))));
@@ -200,31 +223,39 @@ impl Puller {
         let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), config: image.config.digest.clone(), ..Default::default() };
         let facts = self.facts(&image, &out.manifest)?;
         let mut got = self.gather(&image, &facts, full, sess, resolved, cd).await?;
+        stages.done("gather");
         out.downloaded = std::mem::take(&mut got.downloaded);
         crate::crashpoint::hit("pull.fetched");
         let diff_ids = self.check_claims(&image, &facts, &got, cd).await?;
         let public = self.probe_public(&image, &diff_ids, &identity, sess).await;
+        stages.done("check");
         self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity)?;
+        stages.done("record");
         let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
         self.place(&mut got, sess, cd, &who, (!full).then_some(out.manifest.as_str()), req.progress.as_deref()).await?;
+        stages.done("place");
         out.downloaded.append(&mut got.downloaded);
         out.copied = got.copied.clone();
         tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %image.origin, manifest = %out.manifest,
             identity = %short(&identity), downloaded = out.downloaded.len(), "grant recorded");
         self.label(&image, &got, &who, cd).await?;
+        stages.done("label");
         if !full {
             out.held_until = self.hold(&image, &got, &out.manifest, cd).await;
             return Ok(out);
         }
         let target = self.store_image_content(&image, resolved, &diff_ids, &who, req.for_pods, cd).await?;
         crate::crashpoint::hit("pull.labelled");
+        stages.done("store");
         self.unpack(req, &image, &diff_ids, cd, &mut out).await?;
+        stages.done("unpack");
         cd.put_image(&image.name, target.clone(), req.image_labels.clone()).await?;
         for name in &req.extra_names {
             let name = name.replace("{digest}", &target.digest).replace("{config}", &image.config.digest);
             cd.put_image(&name, target.clone(), req.image_labels.clone()).await?;
         }
         out.target = Some(target);
+        stages.done("images");
         Ok(out)
     }
 
@@ -611,7 +642,7 @@ impl Puller {
     /// The layer ID of a blob already in the namespace's content store (local work only).
     async fn hash_from_store(cd: &Containerd, digest: &str, size: u64) -> Result<Verified> {
         let mut h = BackgroundHasher::new(digest, size);
-        let mut r = cd.reader(digest).await?;
+        let mut r = cd.blob_bytes(digest, size).await?;
         while let Some(c) = r.next_chunk().await? {
             h.update(bytes::Bytes::from(c)).await;
         }
@@ -692,6 +723,34 @@ impl Image {
     /// Their digests, in the same order.
     fn digests(&self) -> Vec<&str> {
         self.all().map(|b| b.digest.as_str()).collect()
+    }
+}
+
+/// How long each stage of a pull or verify took, logged at debug level when it ends: where a
+/// slow pull's time went.
+struct Stages {
+    last: std::time::Instant,
+    took: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Stages {
+    fn new() -> Stages {
+        Stages { last: std::time::Instant::now(), took: Vec::new() }
+    }
+
+    fn done(&mut self, stage: &'static str) {
+        let now = std::time::Instant::now();
+        self.took.push((stage, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Stages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (stage, d)) in self.took.iter().enumerate() {
+            write!(f, "{}{stage}={:.1}ms", if i == 0 { "" } else { " " }, d.as_secs_f64() * 1e3)?;
+        }
+        Ok(())
     }
 }
 
