@@ -141,6 +141,9 @@ pub struct Record {
 
 pub struct MetaStore {
     db: redb::Database,
+    /// Write transactions committed since the store was opened: readers that cache what they
+    /// computed from the database (the metrics gauges) know when it changed.
+    commits: std::sync::atomic::AtomicU64,
 }
 
 /// A read transaction. Ledger tables are opened once per transaction and reused: a gate
@@ -163,7 +166,7 @@ impl MetaStore {
             txn.open_table(c.def())?;
         }
         txn.commit()?;
-        let store = MetaStore { db };
+        let store = MetaStore { db, commits: Default::default() };
         store.write(|tx| {
             tx.once(SNAPSHOT_REFS_BUILT, |tx| {
                 for (k, r) in scan_in::<Record, _>(&tx.0.open_table(SNAPSHOTS)?, "")? {
@@ -187,7 +190,13 @@ impl MetaStore {
         let mut tx = WriteTx(self.db.begin_write().map_err(StoreError::from)?);
         let out = f(&mut tx)?;
         tx.0.commit().map_err(StoreError::from)?;
+        self.commits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(out)
+    }
+
+    /// How many write transactions were committed since the store was opened.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -465,6 +474,27 @@ mod tests {
             Ok(())
         })
         .unwrap();
+    }
+
+    #[test]
+    fn commits_count_committed_writes_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = MetaStore::open(&dir.path().join("m.redb")).unwrap();
+        let before = s.commits();
+        s.write(|tx| tx.put("a", &rec(1, ""))).unwrap();
+        assert_eq!(s.commits(), before + 1);
+        let failed: Result<(), StoreError> = s.write(|tx| {
+            tx.put("b", &rec(2, ""))?;
+            Err(StoreError::Corrupt { key: "b".into(), reason: "refused".into() })
+        });
+        assert!(failed.is_err());
+        assert_eq!(s.commits(), before + 1, "a write that failed committed nothing");
+        s.read(|tx| -> Result<(), StoreError> {
+            assert_eq!(tx.get("b")?, None);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(s.commits(), before + 1, "reads are not commits");
     }
 
     #[test]

@@ -226,8 +226,26 @@ fn record_blob(source: &'static str, bytes: u64) {
 /// Longest time a scrape spends computing the database gauges; past it, they keep their last values.
 const SCRAPE_CAP: Duration = Duration::from_secs(2);
 
-/// Refreshes the gauges computed from the metadata database (on the blocking pool, capped).
+/// The database's commit count when the gauges were last computed from it. Scrapes take turns
+/// (one computes, those waiting reuse its values), and none reads the database again while
+/// nothing was committed: a flood of scrapes costs at most one read per write.
+static GAUGES_AT: tokio::sync::Mutex<Option<u64>> = tokio::sync::Mutex::const_new(None);
+
+/// Refreshes the gauges computed from the metadata database when it changed since they were
+/// last computed (on the blocking pool, capped).
 async fn refresh(snap: &Arc<Snapshotter>, database: &std::path::Path) {
+    let mut at = GAUGES_AT.lock().await;
+    let now = snap.store().commits();
+    if *at != Some(now) && read_gauges(snap).await {
+        *at = Some(now);
+    }
+    if let Ok(md) = std::fs::metadata(database) {
+        METRICS.database_bytes.set(md.len() as i64);
+    }
+}
+
+/// Computes the database gauges; false when the database could not be read in time.
+async fn read_gauges(snap: &Arc<Snapshotter>) -> bool {
     let snap = snap.clone();
     let task = tokio::task::spawn_blocking(move || {
         snap.store().read(|tx| -> Result<_, crate::metastore::StoreError> {
@@ -255,16 +273,15 @@ async fn refresh(snap: &Arc<Snapshotter>, database: &std::path::Path) {
                 m.snapshots.get_or_create(&KindLabels { kind }).set(n);
             }
             m.snapshot_bytes.set(bytes);
+            true
         }
         other => {
             METRICS.scrape_errors.inc();
             if let Ok(Ok(Err(e))) = other {
                 tracing::warn!(error = %e, "metrics: cannot read the metadata database");
             }
+            false
         }
-    }
-    if let Ok(md) = std::fs::metadata(database) {
-        METRICS.database_bytes.set(md.len() as i64);
     }
 }
 
