@@ -97,14 +97,9 @@ TOML
 # examples/cri client, default target/release/examples/cri; unset CRI_BIN=: skip that wait).
 CRI_BIN=${CRI_BIN-$REPO/target/release/examples/cri}
 start_containerd_cri() {
-  local v=$1 bin; bin=$(containerd_bindir "$v") || return 1
-  local c=$WORK/containerd; mkdir -p "$c"
-  containerd_cri_config "$v" "$2" "$3" "$4" || return 1
-  PATH="$bin:$PATH" "$bin/containerd" --config "$c/config.toml" >>"$c/log" 2>&1 &
-  CTRD_PID=$!; PIDS+=($CTRD_PID)
-  CTRD_SOCK=$c/containerd.sock
-  CTR=("$bin/ctr" -a "$CTRD_SOCK")
-  wait_for 30 "${CTR[@]}" version || { echo "containerd $v did not start:"; tail -50 "$c/log"; return 1; }
+  local v=$1 c=$WORK/containerd
+  mkdir -p "$c"
+  containerd_cri_config "$v" "$2" "$3" "$4" && launch_containerd "$v" || return 1
   if [ -n "$CRI_BIN" ]; then
     wait_for 30 "$CRI_BIN" --socket "$CTRD_SOCK" --timeout 5 Version \
       || { echo "containerd $v: CRI does not answer:"; grep -iE 'level=(error|fatal|warn)' "$c/log" | tail -20; return 1; }
