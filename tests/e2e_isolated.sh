@@ -12,6 +12,9 @@
 #      plain `ctr images pull` and `ctr run` in B download nothing and run the image; the verify
 #      holds what it placed under one expiring lease, replaced by the next verify;
 #   4. C pulls with pullgate and its own credential: zero blob GETs, the image runs;
+#   4b. the same config and layers under another manifest (one annotation more), which
+#      pullgate never saw: a verify and a pull copy them all (the config is read for its layer
+#      IDs where it is on the node, before it is copied);
 #   5. the copy goes through containerd: the content store keeps one file per blob and
 #      pullgate leaves no ingest behind;
 #   6. a namespace labelled containerd.io/namespace.shareable=true is reported, by `pullgate
@@ -150,6 +153,32 @@ check "C's namespace holds all $NBLOBS blobs" test "$(holds C)" = "$NBLOBS"
 check_out "C runs the image" "$PRIVMSG" run_img C c1 "$IMG"
 check "C's pull left no verify hold (its image record keeps the blobs)" test "$(holds_of C | wc -l)" = 0
 check_refused "a namespace that never verified (D) still reads nothing" "not found" "" ctr_ -n D content get "$TOP"
+
+log "4b. the same config and layers under another manifest"
+# A copy of the image's layout whose manifest has one annotation more: a new manifest digest.
+cp -r "$WORK/priv" "$WORK/priv2"
+python3 - "$WORK/priv2" <<'PY'
+import hashlib, json, os, sys
+d = sys.argv[1]; idx = json.load(open(d + "/index.json")); ent = idx["manifests"][0]
+m = json.load(open(d + "/blobs/sha256/" + ent["digest"].split(":")[1]))
+m.setdefault("annotations", {})["org.example.variant"] = "2"
+raw = json.dumps(m).encode(); h = hashlib.sha256(raw).hexdigest()
+open(d + "/blobs/sha256/" + h, "wb").write(raw)
+ent["digest"], ent["size"] = "sha256:" + h, len(raw)
+json.dump(idx, open(d + "/index.json", "w"))
+PY
+push_image "$WORK/priv2" v1 "$REG_t/private/app2:v1" "alice:$PW_ALICE" || fail "push the image under another manifest"
+MD2=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$WORK/priv2")
+check "its manifest digest differs from the image's" test "$MD2" != "$MD"
+m=$(mark)
+out=$(pg verify -n H --plain-http --user "carol:$PW_CAROL" "$REG_t/private/app2:v1" 2>&1); rc=$?
+check "H's pullgate verify of it succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
+check "it copied all $NBLOBS blobs from the node" grep -qF "0 blob(s) downloaded, $NBLOBS copied from the node" <<<"$out"
+out=$(pg pull -n I --plain-http --user "carol:$PW_CAROL" "$REG_t/private/app2:v1" 2>&1); rc=$?
+check "I's pullgate pull of it succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
+check "it copied all $NBLOBS blobs from the node" grep -qF "0 blob(s) downloaded, $NBLOBS copied from the node" <<<"$out"
+check "no blob GET at the registry for either ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
+check_out "I runs it" "$PRIVMSG" run_img I i1 "$REG_t/private/app2:v1"
 
 log "5. one copy on disk, nothing left half-written"
 croot=$WORK/containerd/root/io.containerd.content.v1.content

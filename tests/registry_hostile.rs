@@ -266,6 +266,19 @@ fn blob_with_wrong_bytes_or_length() {
             .unwrap_err();
         assert!(matches!(e, RegistryError::DigestMismatch { .. }), "{e}");
     }
+    // The blob's own bytes under a manifest that names a larger size: the error says which
+    // sizes differ (not the same digest twice).
+    let (port, _) = serve("127.0.0.1", Arc::new(|_: &Seen, _| reply(200, &[], b"the blob")));
+    let e = rt()
+        .block_on(async {
+            let mut s = session(port, "a/b", None);
+            let mut r = s.open_blob(&digest, 9).await?;
+            while r.next_chunk().await?.is_some() {}
+            Ok::<_, RegistryError>(())
+        })
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("expected 9 bytes") && msg.contains("got 8 bytes"), "{msg}");
 }
 
 #[test]

@@ -432,7 +432,12 @@ impl Puller {
         let claimed: Vec<String> = match &facts.known {
             Some(m) => m.diff_ids.clone(),
             None => {
-                let cfg_bytes = cd.read_content(&image.config.digest, MAX_MANIFEST).await?;
+                // A config found in another namespace is read there: `place` copies it only
+                // once the grant stands, after this check.
+                let cfg_bytes = match got.to_copy.iter().find(|(b, _, _)| b.digest == image.config.digest) {
+                    Some((_, holder, _)) => cd.elsewhere(holder).read_content(&image.config.digest, MAX_MANIFEST).await?,
+                    None => cd.read_content(&image.config.digest, MAX_MANIFEST).await?,
+                };
                 if registry::sha256_digest(&cfg_bytes) != image.config.digest {
                     return Err(bad(format!("config {} in the content store does not match its digest", image.config.digest)));
                 }

@@ -502,12 +502,16 @@ impl BlobReader {
             None => {
                 self.done = true;
                 let actual = format!("sha256:{}", hex::encode(std::mem::take(&mut self.hasher).finalize()));
-                if self.got != self.size || actual != self.digest {
+                if self.got != self.size {
+                    // (The manifest may name the right digest with a wrong size.)
                     return Err(RegistryError::DigestMismatch {
                         what: format!("blob {}", self.digest),
-                        expected: self.digest.clone(),
-                        actual: format!("{actual} ({} bytes)", self.got),
+                        expected: format!("{} bytes (the size the manifest gives)", self.size),
+                        actual: format!("{} bytes ({actual})", self.got),
                     });
+                }
+                if actual != self.digest {
+                    return Err(RegistryError::DigestMismatch { what: format!("blob {}", self.digest), expected: self.digest.clone(), actual });
                 }
                 if let Some(p) = &self.progress {
                     p.finish(&self.digest);
