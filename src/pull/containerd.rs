@@ -35,6 +35,8 @@ const LEASE_HEADER: &str = "containerd-lease";
 /// The type of containerd's content plugins (its local store is the one with id `content`).
 const CONTENT_PLUGIN_TYPE: &str = "io.containerd.content.v1";
 /// Bytes per content Write message (containerd accepts messages of up to 16 MiB).
+/// Bytes per read of a blob's file: the size of containerd's own Read messages.
+const READ_CHUNK: usize = 1 << 20;
 const WRITE_CHUNK: usize = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
@@ -437,7 +439,7 @@ impl Containerd {
     /// and finish with `commit`; dropping it without commit aborts the ingest.
     pub fn writer(&self, digest: &str, size: u64) -> ContentWriter {
         let r#ref = format!("pullgate-{}", uuid::Uuid::new_v4());
-        let (tx, rx) = tokio::sync::mpsc::channel::<WriteContentRequest>(4);
+        let (tx, rx) = tokio::sync::mpsc::channel::<WriteContentRequest>(1);
         let client = ContentClient::new(self.channel.clone());
         let req = self.req(tokio_stream::wrappers::ReceiverStream::new(rx));
         let digest_s = digest.to_string();
@@ -561,7 +563,7 @@ impl BlobReader {
             BlobReader::Containerd(r) => return r.next_chunk().await,
             BlobReader::File { file, left, digest } => (file, left, digest),
         };
-        let n = WRITE_CHUNK.min(*left as usize);
+        let n = READ_CHUNK.min(*left as usize);
         let failed = |e: String| ContainerdError { context: format!("read the file of blob {digest}"), status: e, code: Code::Unavailable };
         if n == 0 {
             return Ok(None);

@@ -117,6 +117,9 @@ const FETCH_CONCURRENCY: usize = 4;
 /// Blobs copied between namespaces at once: a copy waits mostly on containerd's commit (the
 /// blob's fsync and a metadata transaction), not on bytes, so more overlap well.
 const COPY_CONCURRENCY: usize = 16;
+/// Copies running at once across all pulls and verifies: each holds a few MiB of the blob in
+/// memory on its way to containerd, and a node starting many pods starts many pulls at once.
+static COPY_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(32);
 
 fn now_nanos() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
@@ -818,7 +821,7 @@ impl Job {
 
     async fn run(self, sess: &mut Session, cd: &Containerd) -> Result<Done> {
         let (blob, keep, hash) = match self {
-            Job::Copy { blob, from, keep, labels } => match cd.copy_from(&from, &blob.digest, blob.size, &labels).await {
+            Job::Copy { blob, from, keep, labels } => match Self::copy(cd, &from, &blob, &labels).await {
                 Ok(()) => return Ok(Done::Copied(blob.digest)),
                 Err(e) => {
                     tracing::warn!(digest = %blob.digest, from = %from, error = %e, "cannot copy the blob from another namespace on the node");
@@ -832,6 +835,13 @@ impl Job {
         };
         let verified = Puller::fetch(sess, cd, &blob, keep, hash).await?;
         Ok(Done::Fetched { digest: blob.digest, keep, verified })
+    }
+
+    /// One copy from another namespace, waiting for a slot (`COPY_SLOTS`).
+    async fn copy(cd: &Containerd, from: &str, blob: &Blob, labels: &HashMap<String, String>) -> std::result::Result<(), ContainerdError> {
+        // The semaphore is never closed: the permit always comes.
+        let _slot = COPY_SLOTS.acquire().await;
+        cd.copy_from(from, &blob.digest, blob.size, labels).await
     }
 }
 
