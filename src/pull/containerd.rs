@@ -301,12 +301,17 @@ impl Containerd {
     /// another namespace holds without downloading it again (`blob_bytes` says where the bytes are
     /// read). `labels` are set with the commit (one metadata transaction, not two).
     pub async fn copy_from(&self, from: &str, digest: &str, size: u64, labels: &HashMap<String, String>) -> Result<()> {
+        // Timed for the debug log: how long the bytes took to send, and the commit (containerd's
+        // fsync and metadata transaction) after them.
+        let t0 = std::time::Instant::now();
         let mut r = self.elsewhere(from).blob_bytes(digest, size).await?;
         let mut w = self.writer(digest, size);
         while let Some(chunk) = r.next_chunk().await? {
             w.write_owned(chunk).await?;
         }
+        let t1 = t0.elapsed();
         w.commit(labels.clone()).await?;
+        tracing::debug!(digest, size, sent_ms = t1.as_millis() as u64, committed_ms = t0.elapsed().as_millis() as u64, "copied");
         crate::metrics::record_copied(size);
         Ok(())
     }
