@@ -239,14 +239,7 @@ fn a_connection_that_trickles_faster_than_the_idle_timeout_still_ends() {
     assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
     let digest = format!("sha256:{}", "2".repeat(64));
     let t = Instant::now();
-    let e = rt()
-        .block_on(async {
-            let mut s = session(port, "a/b", None);
-            let mut r = s.open_blob(&digest, 1000).await?;
-            while r.next_chunk().await?.is_some() {}
-            Ok::<_, RegistryError>(())
-        })
-        .unwrap_err();
+    let e = read_blob(port, &digest, 1000).unwrap_err();
     assert!(e.to_string().contains("slower than"), "{e}");
     assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
 }
@@ -256,27 +249,13 @@ fn blob_with_wrong_bytes_or_length() {
     let (port, _) = serve("127.0.0.1", Arc::new(|_: &Seen, _| reply(200, &[], b"not the blob")));
     let digest = format!("sha256:{}", hex_sha256(b"the blob"));
     for size in [8u64, 3] {
-        let e = rt()
-            .block_on(async {
-                let mut s = session(port, "a/b", None);
-                let mut r = s.open_blob(&digest, size).await?;
-                while r.next_chunk().await?.is_some() {}
-                Ok::<_, RegistryError>(())
-            })
-            .unwrap_err();
+        let e = read_blob(port, &digest, size).unwrap_err();
         assert!(matches!(e, RegistryError::DigestMismatch { .. }), "{e}");
     }
     // The blob's own bytes under a manifest that names a larger size: the error says which
     // sizes differ (not the same digest twice).
     let (port, _) = serve("127.0.0.1", Arc::new(|_: &Seen, _| reply(200, &[], b"the blob")));
-    let e = rt()
-        .block_on(async {
-            let mut s = session(port, "a/b", None);
-            let mut r = s.open_blob(&digest, 9).await?;
-            while r.next_chunk().await?.is_some() {}
-            Ok::<_, RegistryError>(())
-        })
-        .unwrap_err();
+    let e = read_blob(port, &digest, 9).unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("expected 9 bytes") && msg.contains("got 8 bytes"), "{msg}");
 }
@@ -289,6 +268,16 @@ fn a_registry_that_is_down() {
     };
     let e = rt().block_on(session(port, "a/b", None).get_manifest("v1")).unwrap_err();
     assert!(matches!(e, RegistryError::Unavailable { .. }), "{e}");
+}
+
+/// Reads a whole blob from the server on `port` (repository a/b).
+fn read_blob(port: u16, digest: &str, size: u64) -> Result<(), RegistryError> {
+    rt().block_on(async {
+        let mut s = session(port, "a/b", None);
+        let mut r = s.open_blob(digest, size).await?;
+        while r.next_chunk().await?.is_some() {}
+        Ok(())
+    })
 }
 
 fn hex_sha256(b: &[u8]) -> String {
