@@ -6,9 +6,9 @@
 //! another's (for an isolated content store).
 use containerd_client::services::v1::snapshots as snap;
 use containerd_client::services::v1::{
-    content_client::ContentClient, diff_client::DiffClient, introspection_client::IntrospectionClient, PluginsRequest, images_client::ImagesClient, leases_client::LeasesClient,
+    content_client::ContentClient, diff_client::DiffClient, images_client::ImagesClient, introspection_client::IntrospectionClient, leases_client::LeasesClient,
     snapshots::snapshots_client::SnapshotsClient, AbortRequest, AddResourceRequest, ApplyRequest, CreateImageRequest, CreateRequest,
-    DeleteRequest, Image, InfoRequest, ListContentRequest, ReadContentRequest, UpdateImageRequest, UpdateRequest, WriteAction,
+    DeleteRequest, Image, InfoRequest, ListContentRequest, PluginsRequest, ReadContentRequest, UpdateImageRequest, UpdateRequest, WriteAction,
     WriteContentRequest,
 };
 use containerd_client::types::{Descriptor, Mount};
@@ -34,9 +34,9 @@ pub const SHAREABLE_LABEL: &str = "containerd.io/namespace.shareable";
 const LEASE_HEADER: &str = "containerd-lease";
 /// The type of containerd's content plugins (its local store is the one with id `content`).
 const CONTENT_PLUGIN_TYPE: &str = "io.containerd.content.v1";
-/// Bytes per content Write message (containerd accepts messages of up to 16 MiB).
 /// Bytes per read of a blob's file: the size of containerd's own Read messages.
 const READ_CHUNK: usize = 1 << 20;
+/// Bytes per content Write message of a download (containerd accepts messages of up to 16 MiB).
 const WRITE_CHUNK: usize = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
