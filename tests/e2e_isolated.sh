@@ -22,7 +22,9 @@
 #   7. copies read the blob files in containerd's content store (the directory containerd's
 #      content plugin reports), and through containerd when pullgate cannot see them: pullgate
 #      restarted in its own mount namespace with that directory hidden still copies (no blob
-#      GET) and G runs the image.
+#      GET) and G runs the image;
+#   8. a config on the node that cannot be read there (its file gone from containerd's store)
+#      is fetched from the origin instead: a pull of a manifest pullgate never saw still works.
 # Usage: tests/e2e_isolated.sh VERSION
 source "$(dirname "$0")/lib.sh"
 V=${1:?usage: e2e_isolated.sh 1.6|1.7|2.1}
@@ -156,19 +158,27 @@ check_refused "a namespace that never verified (D) still reads nothing" "not fou
 
 log "4b. the same config and layers under another manifest"
 # A copy of the image's layout whose manifest has one annotation more: a new manifest digest.
-cp -r "$WORK/priv" "$WORK/priv2"
-python3 - "$WORK/priv2" <<'PY'
-import hashlib, json, os, sys
+is_digest() { [[ $1 =~ ^sha256:[0-9a-f]{64}$ ]]; }
+# variant N: pushes private/appN:v1, the image's layout with a manifest annotated variant=N,
+# and prints the new manifest's digest.
+variant() {
+  local n=$1 d=$WORK/priv$1
+  cp -r "$WORK/priv" "$d"
+  python3 - "$d" "$n" <<'PY'
+import hashlib, json, sys
 d = sys.argv[1]; idx = json.load(open(d + "/index.json")); ent = idx["manifests"][0]
 m = json.load(open(d + "/blobs/sha256/" + ent["digest"].split(":")[1]))
-m.setdefault("annotations", {})["org.example.variant"] = "2"
+m.setdefault("annotations", {})["org.example.variant"] = sys.argv[2]
 raw = json.dumps(m).encode(); h = hashlib.sha256(raw).hexdigest()
 open(d + "/blobs/sha256/" + h, "wb").write(raw)
 ent["digest"], ent["size"] = "sha256:" + h, len(raw)
 json.dump(idx, open(d + "/index.json", "w"))
+print("sha256:" + h)
 PY
-push_image "$WORK/priv2" v1 "$REG_t/private/app2:v1" "alice:$PW_ALICE" || fail "push the image under another manifest"
-MD2=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$WORK/priv2")
+  push_image "$d" v1 "$REG_t/private/app$n:v1" "alice:$PW_ALICE" >/dev/null || echo "push failed"
+}
+MD2=$(variant 2)
+check "private/app2:v1 pushed ($MD2)" is_digest "$MD2"
 check "its manifest digest differs from the image's" test "$MD2" != "$MD"
 m=$(mark)
 out=$(pg verify -n H --plain-http --user "carol:$PW_CAROL" "$REG_t/private/app2:v1" 2>&1); rc=$?
@@ -229,6 +239,24 @@ check "pullgate read them through containerd (it says it could not open the file
 got=$(ctr_ -n G content get "$TOP" | sha256sum | cut -d' ' -f1)
 check "G reads the top layer's exact bytes (sha256 $got)" test "sha256:$got" = "$TOP"
 check_out "G runs the image" "$PRIVMSG" run_img G g1 "$IMG"
+
+log "8. a config on the node that cannot be read there comes from the origin"
+MD3=$(variant 3)
+check "private/app3:v1 pushed ($MD3)" is_digest "$MD3"
+CFG=$(head -n 1 <<<"$(tr ' ' '\n' <<<"$BLOBS")")
+# The config's file goes from containerd's store (as a disk error or a race with its GC would
+# take it): the namespaces holding it still list it, and reading it fails.
+rm -f "$croot/blobs/sha256/${CFG#sha256:}"
+check "A still lists the config" bash -c "$(printf '%q ' "${CTR[@]}") -n A content ls -q | grep -qxF '$CFG'"
+check "and cannot read it" not ctr_ -n A content get "$CFG"
+m=$(mark)
+out=$(pg pull -n J --plain-http --user "carol:$PW_CAROL" "$REG_t/private/app3:v1" 2>&1); rc=$?
+check "J's pullgate pull of a manifest pullgate never saw succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
+check "it downloaded the config and copied the $((NBLOBS - 1)) layers" grep -qF "1 blob(s) downloaded, $((NBLOBS - 1)) copied from the node" <<<"$out"
+cfg_gets=$(tail -n +"$((m + 1))" "$WORK/registry-t/log" | grep -c "\"GET /v2/private/app3/blobs/$CFG ")
+check "the registry served one blob ($(blob_gets "$m")), the config ($cfg_gets)" test "$(blob_gets "$m")" = 1 -a "$cfg_gets" = 1
+check "pullgate said why" grep -q "cannot read the config in another namespace; fetching it from the origin" "$PG/log"
+check_out "J runs it" "$PRIVMSG" run_img J j1 "$REG_t/private/app3:v1"
 check "no password in pullgate's log" not grep -qE "$PW_ALICE|$PW_BOB|$PW_CAROL" "$PG/log"
 
 summary "e2e isolated (containerd $V)"

@@ -36,6 +36,9 @@ const LEASE_HEADER: &str = "containerd-lease";
 const CONTENT_PLUGIN_TYPE: &str = "io.containerd.content.v1";
 /// Bytes per read of a blob's file: the size of containerd's own Read messages.
 const READ_CHUNK: usize = 1 << 20;
+/// Chunks of copies read from the node at once, across all pulls and verifies (each one
+/// `READ_CHUNK` bytes on its way to containerd; the semaphore is never closed).
+static CHUNK_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(32);
 /// Bytes per content Write message of a download (containerd accepts messages of up to 16 MiB).
 const WRITE_CHUNK: usize = 4 << 20;
 
@@ -306,7 +309,12 @@ impl Containerd {
         let t0 = std::time::Instant::now();
         let mut r = self.elsewhere(from).blob_bytes(digest, size).await?;
         let mut w = self.writer(digest, size);
-        while let Some(chunk) = r.next_chunk().await? {
+        loop {
+            // A chunk is read and handed to containerd's stream with a slot held: the chunks of
+            // every copy on the node take turns for the slots, so no pull waits for another's
+            // whole blobs, and the bytes read ahead of containerd stay bounded.
+            let _slot = CHUNK_SLOTS.acquire().await;
+            let Some(chunk) = r.next_chunk().await? else { break };
             w.write_owned(chunk).await?;
         }
         let t1 = t0.elapsed();

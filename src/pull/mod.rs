@@ -117,9 +117,6 @@ const FETCH_CONCURRENCY: usize = 4;
 /// Blobs copied between namespaces at once: a copy waits mostly on containerd's commit (the
 /// blob's fsync and a metadata transaction), not on bytes, so more overlap well.
 const COPY_CONCURRENCY: usize = 16;
-/// Copies running at once across all pulls and verifies: each holds a few MiB of the blob in
-/// memory on its way to containerd, and a node starting many pods starts many pulls at once.
-static COPY_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(32);
 
 fn now_nanos() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
@@ -380,15 +377,25 @@ impl Puller {
             };
             match hashed {
                 Ok(v) => got.verified.push(v),
-                // The other namespace's copy went (deleted, collected): the origin serves the
-                // bytes instead, kept if the pull needs them.
                 Err(e) if holder.is_some() => {
                     tracing::warn!(digest = %b.digest, error = %e, "cannot read the blob in another namespace; fetching it from the origin");
-                    let keep = got.to_copy.iter().any(|(c, _, keep)| c.digest == b.digest && *keep);
-                    got.to_copy.retain(|(c, _, _)| c.digest != b.digest);
-                    got.took(Job::Fetch { blob: b, keep, hash: true }.run(&mut sess.clone(), cd).await?);
+                    got.fetch_instead(b, true, sess, cd).await?;
                 }
                 Err(e) => return Err(e),
+            }
+        }
+        // The config of a manifest pullgate never recorded is read for the layer IDs it claims
+        // (`check_claims`) before the grant stands, so before `place` could copy it: it is read
+        // where it is now.
+        if facts.known.is_none() {
+            if let Some((b, holder, _)) = got.to_copy.iter().find(|(b, _, _)| b.digest == image.config.digest).cloned() {
+                match cd.elsewhere(&holder).read_content(&b.digest, MAX_MANIFEST).await {
+                    Ok(bytes) => got.config = Some(bytes),
+                    Err(e) => {
+                        tracing::warn!(digest = %b.digest, error = %e, "cannot read the config in another namespace; fetching it from the origin");
+                        got.fetch_instead(b, false, sess, cd).await?;
+                    }
+                }
             }
         }
         Ok(got)
@@ -435,10 +442,9 @@ impl Puller {
         let claimed: Vec<String> = match &facts.known {
             Some(m) => m.diff_ids.clone(),
             None => {
-                // A config found in another namespace is read there: `place` copies it only
-                // once the grant stands, after this check.
-                let cfg_bytes = match got.to_copy.iter().find(|(b, _, _)| b.digest == image.config.digest) {
-                    Some((_, holder, _)) => cd.elsewhere(holder).read_content(&image.config.digest, MAX_MANIFEST).await?,
+                // (Read by `gather` when it is in another namespace only.)
+                let cfg_bytes = match &got.config {
+                    Some(bytes) => bytes.clone(),
                     None => cd.read_content(&image.config.digest, MAX_MANIFEST).await?,
                 };
                 if registry::sha256_digest(&cfg_bytes) != image.config.digest {
@@ -789,6 +795,9 @@ struct Gathered {
     to_copy: Vec<(Blob, String, bool)>,
     /// Layer IDs computed from blobs' bytes in this pull.
     verified: Vec<Verified>,
+    /// The config's bytes, read in another namespace (a manifest pullgate never recorded, whose
+    /// config the namespace lacks).
+    config: Option<Vec<u8>>,
 }
 
 /// Getting one blob's bytes for a pull or verify.
@@ -821,7 +830,7 @@ impl Job {
 
     async fn run(self, sess: &mut Session, cd: &Containerd) -> Result<Done> {
         let (blob, keep, hash) = match self {
-            Job::Copy { blob, from, keep, labels } => match Self::copy(cd, &from, &blob, &labels).await {
+            Job::Copy { blob, from, keep, labels } => match cd.copy_from(&from, &blob.digest, blob.size, &labels).await {
                 Ok(()) => return Ok(Done::Copied(blob.digest)),
                 Err(e) => {
                     tracing::warn!(digest = %blob.digest, from = %from, error = %e, "cannot copy the blob from another namespace on the node");
@@ -836,16 +845,18 @@ impl Job {
         let verified = Puller::fetch(sess, cd, &blob, keep, hash).await?;
         Ok(Done::Fetched { digest: blob.digest, keep, verified })
     }
-
-    /// One copy from another namespace, waiting for a slot (`COPY_SLOTS`).
-    async fn copy(cd: &Containerd, from: &str, blob: &Blob, labels: &HashMap<String, String>) -> std::result::Result<(), ContainerdError> {
-        // The semaphore is never closed: the permit always comes.
-        let _slot = COPY_SLOTS.acquire().await;
-        cd.copy_from(from, &blob.digest, blob.size, labels).await
-    }
 }
 
 impl Gathered {
+    /// The other namespace's copy of `b` went (deleted, collected) or cannot be read: the origin
+    /// serves the bytes instead (hashed when `hash`), kept if the pull needs them; no copy.
+    async fn fetch_instead(&mut self, b: Blob, hash: bool, sess: &Session, cd: &Containerd) -> Result<()> {
+        let keep = self.to_copy.iter().any(|(c, _, keep)| c.digest == b.digest && *keep);
+        self.to_copy.retain(|(c, _, _)| c.digest != b.digest);
+        self.took(Job::Fetch { blob: b, keep, hash }.run(&mut sess.clone(), cd).await?);
+        Ok(())
+    }
+
     fn took(&mut self, d: Done) {
         match d {
             Done::Copied(digest) => {
