@@ -158,8 +158,22 @@ impl Puller {
         sess.report_to(req.progress.clone());
         let resolved = sess.resolve(&req.reference, &req.platform).await?;
         let cd = Containerd::connect(&self.containerd, &req.namespace).await?;
-        let blobs = self
-            .content_blobs
+        let blobs = self.content_blobs(&cd).await;
+        let mut cd = cd.with_blobs(blobs);
+        stages.done("resolve");
+        let out = self.run_with(req, full, &mut sess, &resolved, &mut cd, &mut stages).await;
+        cd.end_lease().await;
+        stages.done("end-lease");
+        let mut out = out?;
+        out.warnings.extend(Self::shareable_warning(&cd, &req.namespace).await);
+        stages.done("warnings");
+        tracing::debug!(namespace = %req.namespace, manifest = %out.manifest, op = if full { "pull" } else { "verify" }, stages = %stages, "stages took");
+        Ok(out)
+    }
+
+    /// containerd's content store's blob directory, asked once (and again after a failed ask).
+    async fn content_blobs(&self, cd: &Containerd) -> Option<Arc<PathBuf>> {
+        self.content_blobs
             .get_or_try_init(|| async {
                 let blobs = cd.content_blobs().await?;
                 match &blobs {
@@ -171,17 +185,7 @@ impl Puller {
             .await
             .ok()
             .cloned()
-            .flatten();
-        let mut cd = cd.with_blobs(blobs);
-        stages.done("resolve");
-        let out = self.run_with(req, full, &mut sess, &resolved, &mut cd, &mut stages).await;
-        cd.end_lease().await;
-        stages.done("end-lease");
-        let mut out = out?;
-        out.warnings.extend(Self::shareable_warning(&cd, &req.namespace).await);
-        stages.done("warnings");
-        tracing::debug!(namespace = %req.namespace, manifest = %out.manifest, op = if full { "pull" } else { "verify" }, stages = %stages, "stages took");
-        Ok(out)
+            .flatten()
     }
 
     /// A warning when the namespace is labelled shareable: containerd 1.7+ then lets every
