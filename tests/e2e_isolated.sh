@@ -10,7 +10,7 @@
 #   3. B verifies with its own credential: the registry sees the token and manifest requests
 #      only (access log), B's namespace then holds every blob (copied on the node, same bytes),
 #      plain `ctr images pull` and `ctr run` in B download nothing and run the image; the verify
-#      holds what it placed under one expiring lease, replaced by the next verify;
+#      holds what it placed under one expiring lease, renewed (replaced) by the next verify;
 #   4. C pulls with pullgate and its own credential: zero blob GETs, the image runs;
 #   4b. the same config and layers under another manifest (one annotation more), which
 #      pullgate never saw: a verify and a pull copy them all (the config is read for its layer
@@ -135,9 +135,14 @@ check "and B reads the top layer's exact bytes (sha256 $got)" test "sha256:$got"
 held=$(holds_of B | wc -l)
 check "the verify holds what it placed under one lease ($held)" test "$held" = 1
 check "that lease expires (containerd.io/gc.expire)" hold_expires B
-check "B's verify again" pg verify -n B --plain-http --user "bob:$PW_BOB" "$IMG"
+h1=$(holds_of B); sleep 1.2
+check "B's verify again (the blobs are there: it copies nothing)" verify_mentions B "0 blob(s) downloaded, 0 copied" "bob:$PW_BOB"
 held=$(holds_of B | wc -l)
 check "replaces the hold rather than adding one ($held)" test "$held" = 1
+h2=$(holds_of B)
+exp() { grep -o 'containerd.io/gc.expire=[^ ,]*' <<<"$1" | cut -d= -f2; }
+check "and renews it: another lease ($(awk '{print $1}' <<<"$h1") -> $(awk '{print $1}' <<<"$h2")), expiring later ($(exp "$h1") -> $(exp "$h2"))" \
+  bash -c "[ '$(awk '{print $1}' <<<"$h1")' != '$(awk '{print $1}' <<<"$h2")' ] && [[ '$(exp "$h2")' > '$(exp "$h1")' ]]"
 settle_gc B
 check "after containerd's GC, B still holds the blobs (the hold keeps them)" test "$(holds B)" = "$NBLOBS"
 m=$(mark)

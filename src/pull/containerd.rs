@@ -202,14 +202,20 @@ impl Containerd {
         self.lease.take()
     }
 
+    /// The namespace's verify holds for `manifest` (lease ids).
+    pub async fn holds(&self, manifest: &str) -> Result<Vec<String>> {
+        use containerd_client::services::v1::ListRequest;
+        let filter = format!("labels.\"{HOLD_LABEL}\"==\"{manifest}\"");
+        let list = LeasesClient::new(self.channel.clone()).list(self.req(ListRequest { filters: vec![filter] })).await.map_err(err("list leases"))?;
+        Ok(list.into_inner().leases.into_iter().map(|l| l.id).collect())
+    }
+
     /// Deletes the namespace's verify holds for `manifest` other than lease `keep` (a verify
     /// run again replaces its hold rather than adding one). Failures only leave a hold to expire.
     pub async fn drop_holds(&self, manifest: &str, keep: &str) {
-        use containerd_client::services::v1::ListRequest;
-        let filter = format!("labels.\"{HOLD_LABEL}\"==\"{manifest}\"");
-        let Ok(list) = LeasesClient::new(self.channel.clone()).list(self.req(ListRequest { filters: vec![filter] })).await else { return };
-        for l in list.into_inner().leases.into_iter().filter(|l| l.id != keep) {
-            let _ = LeasesClient::new(self.channel.clone()).delete(self.req(DeleteRequest { id: l.id, sync: false })).await;
+        let Ok(ids) = self.holds(manifest).await else { return };
+        for id in ids.into_iter().filter(|id| id != keep) {
+            let _ = LeasesClient::new(self.channel.clone()).delete(self.req(DeleteRequest { id, sync: false })).await;
         }
     }
 

@@ -534,10 +534,28 @@ impl Puller {
 
     /// After a verify: the blobs it placed in the namespace stay there, under its lease, until
     /// the lease expires (an image record of the namespace's next pull or run then holds them),
-    /// and the namespace's earlier holds for the same manifest go. Returns when the hold ends.
+    /// and the namespace's earlier holds for the same manifest go. A verify that placed nothing
+    /// renews an earlier verify's hold on the manifest, if there is one: a new hold on what the
+    /// namespace has of the image replaces it. Returns when the hold ends.
     async fn hold(&self, image: &Image, got: &Gathered, manifest: &str, cd: &mut Containerd) -> Option<String> {
-        if !image.all().any(|b| got.present.contains(&b.digest)) {
+        let present: Vec<&str> = image.all().map(|b| b.digest.as_str()).filter(|d| got.present.contains(*d)).collect();
+        if present.is_empty() {
             return None;
+        }
+        if !cd.has_lease() {
+            if cd.holds(manifest).await.map_or(true, |h| h.is_empty()) {
+                return None;
+            }
+            // Renewal is a convenience: if it fails, the earlier hold stands until it expires.
+            let renewed = match cd.begin_lease(Some(manifest)).await {
+                Ok(()) => cd.hold_content(&present).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = renewed {
+                tracing::warn!(manifest, error = %e, "cannot renew the verify's hold");
+                cd.end_lease().await;
+                return None;
+            }
         }
         let lease = cd.keep_lease()?;
         cd.drop_holds(manifest, &lease).await;
