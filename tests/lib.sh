@@ -13,7 +13,10 @@ PASSES=0
 
 log() { printf '\n=== %s\n' "$*"; }
 pass() { PASSES=$((PASSES + 1)); printf '  ok   %s\n' "$*"; }
-fail() { FAILS=$((FAILS + 1)); printf '  FAIL %s\n' "$*"; }
+# Every failure is also kept in FAILED_CHECKS, which `summary` lists: a failure inside a helper
+# that `check` runs (its output discarded) is otherwise counted without saying what it was.
+FAILED_CHECKS=()
+fail() { FAILS=$((FAILS + 1)); FAILED_CHECKS+=("$*"); printf '  FAIL %s\n' "$*"; }
 # check DESC CMD...: passes when CMD succeeds.
 check() { local d=$1; shift; if "$@" >/dev/null 2>&1; then pass "$d"; else fail "$d"; fi; }
 # check_out DESC WANT CMD...: passes when CMD succeeds and its output contains WANT.
@@ -326,9 +329,14 @@ steal_blob() {
   [ -f "$WORK/empty" ] || : > "$WORK/empty"   # a regular file: ctr's ingest seeks in its input
   if [ "${CONTENT_POLICY:-isolated}" = isolated ]; then
     # (A blob NS already holds, a base layer of its own image say, is not the attack's.)
-    if ! ctr_ -n "$ns" content ls -q 2>/dev/null | grep -qxF "$d"; then
+    local listed rc; listed=$(ctr_ -n "$ns" content ls -q 2>&1); rc=$?
+    [ $rc -eq 0 ] || { fail "steal_blob: ctr content ls -n $ns failed (rc=$rc): $(head -c 300 <<<"$listed")"; return 1; }
+    if ! grep -qxF "$d" <<<"$listed"; then
       ctr_ -n "$ns" content ingest --expected-digest "$d" "steal-$d" <"$WORK/empty" >/dev/null 2>&1
-      if ctr_ -n "$ns" content get "$d" >/dev/null 2>&1; then fail "isolated store: $ns adopted $d by its digest alone"; return 1; fi
+      if ctr_ -n "$ns" content get "$d" >/dev/null 2>&1; then
+        fail "isolated store: $ns adopted $d by its digest alone (not among the $(wc -l <<<"$listed") blob(s) it listed before; now: $(ctr_ -n "$ns" content ls 2>&1 | grep -F "$d" | head -c 300))"
+        return 1
+      fi
       pass "isolated store: $ns cannot adopt $d by its digest alone"
     fi
     # (As below, containerd's GC may take the unreferenced blob before the label: again.)
@@ -408,6 +416,11 @@ check_containerd_version() {
 }
 
 summary() {
+  local f
+  if [ "$FAILS" -gt 0 ]; then
+    printf '\nfailed:\n'
+    for f in "${FAILED_CHECKS[@]}"; do printf '  %s\n' "$f"; done
+  fi
   printf '\n%s: %d passed, %d failed\n' "${1:-e2e}" "$PASSES" "$FAILS"
   [ "$FAILS" -eq 0 ]
 }
