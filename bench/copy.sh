@@ -7,11 +7,8 @@
 # own isolated pull. Usage: sudo bench/copy.sh   (RUNS overrides the repetitions)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-"$here/scripts/setup.sh" >/dev/null
-source "$here/tests/lib.sh"
 source "$here/bench/lib.sh"
 set +e
-trap cleanup EXIT
 PG_LOG_LEVEL=${PG_LOG_LEVEL:-info}
 RUNS=${RUNS:-5}
 python3 "$REPO/tests/mkimage.py" "$WORK/img" --tag v1 --extra-layers 6 --layer-mb 20 --seed 5 --message "bench app" >/dev/null

@@ -13,14 +13,11 @@
 # Usage: sudo bench/cri.sh [VERSION]   (REPS overrides the repetitions)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-"$here/scripts/setup.sh" >/dev/null
-source "$here/tests/lib.sh"
 source "$here/bench/lib.sh"
 source "$here/tests/cri_lib.sh"
 set +e
 V=${1:-2.1}
 PG_LOG_LEVEL=info
-trap cleanup EXIT
 REPS=${REPS:-5}
 PW=bench-Secret-3k9d
 

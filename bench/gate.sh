@@ -14,12 +14,9 @@
 # Usage: sudo bench/gate.sh   (REPS, RUNS, NS_COUNT override the repetitions)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-"$here/scripts/setup.sh" >/dev/null
-source "$here/tests/lib.sh"
 source "$here/bench/lib.sh"
 set +e
 PG_LOG_LEVEL=info
-trap cleanup EXIT
 REPS=${REPS:-3}
 RUNS=${RUNS:-10}
 NS_COUNT=${NS_COUNT:-20}

@@ -1,5 +1,10 @@
-# Shared helpers of the benchmark scripts (sourced after tests/lib.sh): timing, medians, and the
-# bytes a token-auth registry started as `start_token_registry t` (and its token server) served.
+# Shared start of the benchmark scripts, sourced first with `here` set to the repository: installs
+# what the tests use (scripts/setup.sh), takes tests/lib.sh's helpers and removes the run's work
+# on exit; then timing, medians, and the bytes a token-auth registry started as
+# `start_token_registry t` (and its token server) served.
+"$here/scripts/setup.sh" >/dev/null
+source "$here/tests/lib.sh"
+trap cleanup EXIT
 now() { date +%s.%N; }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 # med "A B C": the median of a space-separated list.

@@ -6,10 +6,8 @@
 # The order alternates between repetitions. Prints medians and the ratio pullgate / overlayfs. Usage: sudo bench/snapshotter.sh
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-"$here/scripts/setup.sh" >/dev/null
-source "$here/tests/lib.sh"
+source "$here/bench/lib.sh"
 PG_LOG_LEVEL=info
-trap cleanup EXIT
 REPS=${REPS:-5}
 RUNS=${RUNS:-10}
 
@@ -23,8 +21,6 @@ start_containerd 1.6 "$WORK/pg/snapshotter.sock" keep-builtin
 nlayers=$(python3 -c "import json,sys; i=json.load(open('$WORK/img/index.json')); d=i['manifests'][0]['digest'].split(':')[1]; print(len(json.load(open('$WORK/img/blobs/sha256/'+d))['layers']))")
 echo "image: $nlayers layers, ${size} MB compressed; containerd 1.6 with overlayfs and pullgate"
 
-now() { date +%s.%N; }
-median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 declare -A PULL RUN
 order() { if [ $(($1 % 2)) -eq 1 ]; then echo overlayfs pullgate; else echo pullgate overlayfs; fi; }
 for rep in $(seq 1 "$REPS"); do

@@ -94,6 +94,7 @@ wait_for() { # wait_for SECONDS CMD...
 
 cleanup() {
   local p
+  set +e   # (a script under set -e, bench/snapshotter.sh, would stop at the first kill of a gone process)
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
   sleep 0.5
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
