@@ -190,6 +190,9 @@ impl Api {
             // The requester named the image itself: the refusal and its fix may name it.
             Err(GateError::Denied(mut d)) => {
                 if d.image.is_none() {
+                    // The layer IDs recorded under that name are what other tenants (or other
+                    // principals) pulled, not the requester's: the refusal names none of them.
+                    d.subject = "a layer".into();
                     let shown = crate::reference::excerpt(&reference.to_string());
                     d.fix = d.fix.replace(" IMAGE", &format!(" {shown}"));
                     d.image = Some(shown);

@@ -107,8 +107,10 @@ pub struct PolicyConfig {
 #[serde(deny_unknown_fields)]
 pub struct NamespaceConfig {
     /// Containers in this namespace must name a principal, and only per-principal grants count.
+    /// Unset: off, except for `k8s.io` when the CRI front is enabled (every pod lives there,
+    /// and a namespace-wide grant would let any pod run what another pod's secret pulled).
     #[serde(default)]
-    pub require_principal: bool,
+    pub require_principal: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -148,8 +150,25 @@ impl Config {
                 .as_deref()
                 .and_then(parse_duration_secs)
                 .map(|s| (s as i64).saturating_mul(1_000_000_000)),
-            require_principal: self.namespaces.iter().filter(|(_, n)| n.require_principal).map(|(k, _)| k.clone()).collect(),
+            require_principal: self.namespaces_requiring_principal(),
         }
+    }
+
+    /// The namespaces whose containers must name a principal: those configured so, and
+    /// `k8s.io` under the CRI front unless the operator turned it off for `k8s.io` explicitly.
+    pub fn namespaces_requiring_principal(&self) -> std::collections::HashSet<String> {
+        let mut out: std::collections::HashSet<String> =
+            self.namespaces.iter().filter(|(_, n)| n.require_principal == Some(true)).map(|(k, _)| k.clone()).collect();
+        if self.cri.enable && !self.cri_principal_turned_off() {
+            out.insert(crate::cri::CRI_NAMESPACE.to_string());
+        }
+        out
+    }
+
+    /// Whether the CRI front is enabled and the operator turned `require_principal` off for
+    /// `k8s.io` explicitly (`pullgate doctor` warns about it).
+    pub fn cri_principal_turned_off(&self) -> bool {
+        self.cri.enable && self.namespaces.get(crate::cri::CRI_NAMESPACE).is_some_and(|n| n.require_principal == Some(false))
     }
 }
 

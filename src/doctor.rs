@@ -686,6 +686,23 @@ pub fn check_permissions(cfg: &Config) -> Vec<Check> {
     out
 }
 
+/// Under the CRI front, whether pods of one Kubernetes namespace can run what another's pull
+/// secret pulled: `k8s.io` requires a principal unless the operator turned that off.
+pub fn check_cri_principals(cfg: &Config) -> Option<Check> {
+    if !cfg.cri.enable {
+        return None;
+    }
+    Some(if cfg.cri_principal_turned_off() {
+        warning(
+            "principals",
+            "require_principal is off for k8s.io: a namespace-wide grant there (one made by ctr or pullgate's CLI without --principal) counts for every pod, so a pod may run a private image no secret of its own opened",
+            "remove require_principal = false from [namespaces.\"k8s.io\"] in pullgate's config (it is on by default with the CRI front)",
+        )
+    } else {
+        ok("principals", "k8s.io requires a principal: a pod runs a private image only on a grant of its own")
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registries
 
@@ -807,6 +824,7 @@ pub async fn run(opts: &Options) -> Vec<Check> {
         Err(e) => problem("ledger", e.to_string(), "start pullgate, or pass its API socket with --address"),
     });
     out.extend(check_permissions(&pg));
+    out.extend(check_cri_principals(&pg));
     if opts.registries {
         out.extend(check_registries(&pg).await);
     }

@@ -6,7 +6,8 @@
 //! Layers pullgate has no record of follow the KEP-2535 policy. An unpack onto a parent whose
 //! chain pullgate cannot establish is refused (it cannot tell which layer is being applied),
 //! unless the policy is NeverVerify. Any ledger read error denies. A refusal names only what
-//! the requester itself holds or asked for: never an image another tenant pulled.
+//! the requester itself holds or asked for: never an image another tenant, or another
+//! principal of its namespace, pulled.
 use crate::ledger::{self, LayerRec};
 use crate::metastore::{LedgerRead, StoreError};
 use crate::reference::AllowPattern;
@@ -355,7 +356,7 @@ impl Gate {
                 stale = true;
             }
         }
-        let image = self.own_image_name(tx, grants, id)?;
+        let image = self.own_image_name(tx, s, grants, id)?;
         let reason = if stale {
             "the grant for it is older than reverify_after".to_string()
         } else if per_principal {
@@ -375,12 +376,13 @@ impl Gate {
         Ok(out)
     }
 
-    /// A name of an image containing layer `d` that this namespace itself verified (any of its
-    /// principals' grants), as fetched from that grant's origin, for the message; never a name
-    /// another tenant fetched the same manifest as.
-    fn own_image_name(&self, tx: &impl LedgerRead, grants: &mut GrantView, d: &LayerId) -> Result<Option<String>, StoreError> {
+    /// A name of an image containing layer `d` that the requester itself verified (a grant of
+    /// its own principal, or a namespace-wide one where the namespace does not require
+    /// principals), as fetched from that grant's origin, for the message; never a name another
+    /// tenant, or another principal of the namespace (another pod), fetched it as.
+    fn own_image_name(&self, tx: &impl LedgerRead, s: &Subject, grants: &mut GrantView, d: &LayerId) -> Result<Option<String>, StoreError> {
         for i in 0..grants.entries.len() {
-            if grants.covers(tx, i, d)?.is_some() {
+            if self.principal_ok(s, &grants.entries[i], true) && grants.covers(tx, i, d)?.is_some() {
                 if let Some(rec) = ledger::manifest(tx, &grants.entries[i].manifest)? {
                     let origin = grants.entries[i].origin.as_str();
                     if let Some((_, n)) = rec.names.iter().map(|e| ledger::split_name(e)).find(|(o, _)| *o == Some(origin)) {
@@ -585,10 +587,15 @@ mod tests {
             record_manifest(tx, &d('m'), &ManifestRec { config: d('C'), layers: vec![d('A'), d('B')], diff_ids: vec![d('a'), d('b')], origins: [other.to_string()].into(), names: [ledger::name_entry(other, &format!("{other}:v1"))].into() })
         })
         .unwrap();
-        // Namespace n verified it at ORIGIN for principal p1; p2 is refused.
-        grant(&s, "n", "p1", ORIGIN, 1 << 62);
+        // Namespace n verified it at ORIGIN for principal p1; p2 is refused, and told no name:
+        // p1's grant is another pod's, not p2's.
+        grant(&s, "n", "p1", ORIGIN, 1);
         let m = s.read(|tx| Ok::<_, StoreError>(denied(gate(Policy::NeverVerifyPreloadedImages).use_chain(tx, &subj("n", "p2"), &chain_ab())))).unwrap();
-        assert!(m.contains(&format!("{ORIGIN}:v1")) && !m.contains("aaa/copy"), "{m}");
+        assert!(!m.contains("private/app") && !m.contains("aaa/copy") && m.contains(" IMAGE"), "{m}");
+        // p1 itself, refused once its grant is stale, is told the name it fetched.
+        let stale = Gate::new(GateConfig { reverify_after_ns: Some(1), ..Default::default() });
+        let m = s.read(|tx| Ok::<_, StoreError>(denied(stale.use_chain(tx, &subj("n", "p1"), &chain_ab())))).unwrap();
+        assert!(m.contains(&format!("{ORIGIN}:v1")) && !m.contains("aaa/copy") && m.contains("older than"), "{m}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod crashpoint;
 pub mod daemon;
 pub mod diffid;
 pub mod dockerconfig;
+pub mod document;
 pub mod doctor;
 pub mod gate;
 pub mod ledger;

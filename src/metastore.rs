@@ -29,6 +29,10 @@ const OWN_CHAINS: TableDefinition<&str, &str> = TableDefinition::new("own_chains
 /// decided for (the pod's). Written only by the Prepare that consumed the admission; no label,
 /// request or Update can set or change it. Task start (Mounts) decides again with it.
 const ADMITTED: TableDefinition<&str, &str> = TableDefinition::new("admitted_principals");
+/// containerd's user-namespace copies of a chain (CRI's `<id>-remap` Prepare on the chain under
+/// the front's admission, committed as `<id>`): committed key -> the chain's name. Written only
+/// by that Commit; a container prepared on the copy is decided as the chain.
+const REMAPS: TableDefinition<&str, &str> = TableDefinition::new("remapped_chains");
 /// Named counters ("next_id", markers of one-time upgrades).
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
@@ -162,6 +166,7 @@ impl MetaStore {
         txn.open_table(SNAPSHOT_REFS)?;
         txn.open_table(OWN_CHAINS)?;
         txn.open_table(ADMITTED)?;
+        txn.open_table(REMAPS)?;
         for c in Collection::ALL {
             txn.open_table(c.def())?;
         }
@@ -334,6 +339,26 @@ impl ReadTx {
         scan_in(&self.0.open_table(SNAPSHOTS)?, "")
     }
 
+    /// The chain committed snapshot `key` is containerd's user-namespace copy of, if it is one.
+    pub fn remap_of(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.0.open_table(REMAPS)?.get(key)?.map(|v| v.value().to_string()))
+    }
+
+    /// The keys of the snapshots whose parent is `key`.
+    pub fn children_of(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        let t = self.0.open_table(CHILDREN)?;
+        let mut out = Vec::new();
+        for item in t.range((key, "")..)? {
+            let (k, _) = item?;
+            let (parent, child) = k.value();
+            if parent != key {
+                break;
+            }
+            out.push(child.to_string());
+        }
+        Ok(out)
+    }
+
     /// The snapshots whose `containerd.io/snapshot.ref` label is `target`.
     pub fn with_ref(&self, target: &str) -> Result<Vec<(String, Record)>, StoreError> {
         let refs = self.0.open_table(SNAPSHOT_REFS)?;
@@ -367,6 +392,16 @@ impl WriteTx {
     pub fn set_own_chain(&mut self, key: &str, chain: &str) -> Result<(), StoreError> {
         self.0.open_table(OWN_CHAINS)?.insert(key, chain)?;
         Ok(())
+    }
+
+    /// Records that committed snapshot `key` is containerd's user-namespace copy of `chain`.
+    pub fn set_remap_of(&mut self, key: &str, chain: &str) -> Result<(), StoreError> {
+        self.0.open_table(REMAPS)?.insert(key, chain)?;
+        Ok(())
+    }
+
+    pub fn admitted(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.0.open_table(ADMITTED)?.get(key)?.map(|v| v.value().to_string()))
     }
 
     /// Records that snapshot `key` was prepared on the CRI front's admission for `principal`.
@@ -440,6 +475,7 @@ impl WriteTx {
             }
             self.0.open_table(OWN_CHAINS)?.remove(key)?;
             self.0.open_table(ADMITTED)?.remove(key)?;
+            self.0.open_table(REMAPS)?.remove(key)?;
             self.0.open_table(SNAPSHOTS)?.remove(key)?;
         }
         Ok(old)

@@ -17,7 +17,7 @@ use crate::config::CriPrincipal;
 use crate::credential::Credential;
 use crate::pull::{self, Puller};
 use crate::reference::Reference;
-use crate::snapshotter::{Snapshotter, SnapshotterError};
+use crate::snapshotter::{AdmissionFor, Snapshotter, SnapshotterError};
 use base64::Engine;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
@@ -34,6 +34,11 @@ use wire::RawCodec;
 
 /// The containerd namespace of every pod.
 pub const CRI_NAMESPACE: &str = "k8s.io";
+/// The principal of a PullImage that names no pod (no `sandbox_config`, as `crictl pull`
+/// sends): the node's own pull. Its grant lets the node unpack the image and no pod run it,
+/// whatever `require_principal` says: `@` is in no Kubernetes namespace or pod name, so no
+/// pod's principal is ever this one.
+pub const NODE_PRINCIPAL: &str = "@node";
 /// The label containerd's CRI puts on the image records it makes.
 const MANAGED_LABEL: (&str, &str) = ("io.cri-containerd.image", "managed");
 use crate::pull::CHECKPOINT_ANNOTATION;
@@ -53,13 +58,61 @@ fn is_snapshotter_annotation(key: &str) -> bool {
 
 type MessageStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
 
+/// Each name's lock and how many hold or wait for it.
+type LockMap = Arc<std::sync::Mutex<HashMap<String, (Arc<tokio::sync::Mutex<()>>, usize)>>>;
+
+/// Locks by name, each entry kept only while someone holds or waits for it (so the map does not
+/// grow with every image the node ever ran).
+#[derive(Default)]
+struct ChainLocks(LockMap);
+
+/// A held (or awaited) lock of [`ChainLocks`]; dropped, it releases the lock and forgets the
+/// entry when nobody else holds or waits for it.
+struct ChainGuard {
+    map: LockMap,
+    name: String,
+    held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl ChainLocks {
+    async fn lock(&self, name: &str) -> ChainGuard {
+        let mutex = {
+            let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let entry = map.entry(name.to_string()).or_default();
+            entry.1 += 1;
+            entry.0.clone()
+        };
+        // Counted before waiting: a waiter whose call is dropped still counts itself out.
+        let mut g = ChainGuard { map: self.0.clone(), name: name.to_string(), held: None };
+        g.held = Some(mutex.lock_owned().await);
+        g
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+impl Drop for ChainGuard {
+    fn drop(&mut self) {
+        self.held.take();
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = map.get_mut(&self.name) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                map.remove(&self.name);
+            }
+        }
+    }
+}
+
 pub struct Front {
-    /// One lock per layer chain: CreateContainers of the same image are forwarded one at a
-    /// time, so that the admission on offer for a chain is always the one the Prepare in flight
-    /// was decided with (with several on offer, concurrent containers would consume each
-    /// other's and the post-check would undo them). Entries stay: one per image created on the
-    /// node.
-    chain_locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One lock per layer chain, held from a CreateContainer's admission until its rootfs is
+    /// prepared: the rootfs admission on offer for a chain is always the one the Prepare in
+    /// flight was decided with (with several on offer, concurrent containers would consume each
+    /// other's and the post-check would undo them).
+    chain_locks: ChainLocks,
     upstream: Channel,
     upstream_address: PathBuf,
     puller: Arc<Puller>,
@@ -179,7 +232,10 @@ impl Front {
         let req: cri::PullImageRequest = decode("PullImage", &body)?;
         let image = req.image.as_ref().map(|i| i.image.clone()).unwrap_or_default();
         let reference = Reference::parse(&image).map_err(|e| Status::invalid_argument(format!("pullgate: {e}")))?;
-        let principal = principal_of(self.principal, req.sandbox_config.as_ref().and_then(|c| c.metadata.as_ref()))?;
+        let principal = match principal_of(self.principal, req.sandbox_config.as_ref().and_then(|c| c.metadata.as_ref()))? {
+            p if p.is_empty() => NODE_PRINCIPAL.to_string(),
+            p => p,
+        };
         let cred = credential_of(req.auth.as_ref())?;
         let mut extra_names = vec!["{config}".to_string(), format!("{}@{{digest}}", reference.origin())];
         if reference.digest.is_some() {
@@ -210,8 +266,11 @@ impl Front {
 
     /// Decides a container before containerd creates it: the pod (as containerd recorded it),
     /// its principal, and every image the container's creation prepares a snapshot of (its
-    /// image, and its image volumes); then forwards with an admission per image for the
-    /// snapshotter, withdrawn when the call returns. What pullgate cannot decide is refused.
+    /// image, and its image volumes); then forwards with an admission for each of those
+    /// Prepares, bound to it (the rootfs to a container ID's key on its chain, each volume to
+    /// its pod's image-volume key), withdrawn when the call returns. Afterwards every admission
+    /// is checked: a container whose Prepares did not happen as decided is removed again. What
+    /// pullgate cannot decide is refused.
     async fn create_container(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {
         let req: cri::CreateContainerRequest = decode("CreateContainer", &body)?;
         let stripped = strip(&body, &[&[2, 10], &[3, 7]])?;
@@ -221,55 +280,87 @@ impl Front {
         let pod = status.status.and_then(|s| s.metadata);
         let principal = principal_of(self.principal, pod.as_ref())?;
         let pod_name = pod.as_ref().map(|m| format!("{}/{}", m.namespace, m.name)).unwrap_or_else(|| req.pod_sandbox_id.clone());
+        let sandbox = req.pod_sandbox_id.clone();
         let config = req.config.unwrap_or_default();
-        let images = config.image.into_iter().chain(config.mounts.into_iter().filter_map(|m| m.image)).filter(|i| !i.image.is_empty() || !i.user_specified_image.is_empty());
-        let mut chains = Vec::new();
-        for spec in images {
-            let shown = if spec.user_specified_image.is_empty() { spec.image.clone() } else { spec.user_specified_image.clone() };
-            let diff_ids = self.claimed_layers(spec, &shown).await?;
-            let snap = self.snap.clone();
-            let p = principal.clone();
-            let decided = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &diff_ids))
-                .await
-                .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?;
-            crate::metrics::record_gate(crate::metrics::Verb::create_container, &decided);
-            let chain = decided.map_err(|e| refusal(e, &pod_name, &shown, &principal))?;
-            tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted");
-            chains.push(chain);
+        let named = |i: &cri::ImageSpec| !i.image.is_empty() || !i.user_specified_image.is_empty();
+        let rootfs_chain = match config.image.filter(named) {
+            Some(spec) => Some(self.decide(spec, &principal, &pod_name).await?),
+            None => None,
+        };
+        let mut volume_chains = Vec::new();
+        for spec in config.mounts.into_iter().filter_map(|m| m.image).filter(named) {
+            volume_chains.push(self.decide(spec, &principal, &pod_name).await?);
         }
-        let _locked = self.lock_chains(&chains).await;
-        let admissions: Vec<_> = chains.iter().map(|c| self.snap.admit(CRI_NAMESPACE, c, &principal)).collect();
+        if !volume_chains.is_empty() && (sandbox.is_empty() || sandbox.contains('/')) {
+            return Err(Status::invalid_argument(format!("pullgate: pod sandbox id {:?} cannot name an image volume", crate::reference::excerpt(&sandbox))));
+        }
+        // One rootfs admission per chain on offer at a time: the next container of the chain
+        // waits until this one's rootfs is prepared (not for the rest of its creation).
+        let rootfs = match &rootfs_chain {
+            Some(c) => {
+                let locked = self.chain_locks.lock(c).await;
+                Some(self.snap.admit(CRI_NAMESPACE, c, &principal, AdmissionFor::Rootfs, Some(Box::new(locked))))
+            }
+            None => None,
+        };
+        let volumes: Vec<_> = volume_chains
+            .iter()
+            .map(|c| (c, self.snap.admit(CRI_NAMESPACE, c, &principal, AdmissionFor::Volume { sandbox: sandbox.clone() }, None)))
+            .collect();
         let resp = self.forward_unary(CREATE_CONTAINER, meta, stripped).await?;
-        // The container's rootfs must have been prepared on the admission made for its image (the
-        // first): a container whose rootfs containerd prepared on another chain (its image
-        // changed between the decision and containerd's own lookup) or with another pod's
-        // admission is removed again, and kubelet retries. Image volumes may legitimately use
-        // none (already mounted for the pod), so only the rootfs is checked.
         let created: cri::CreateContainerResponse = decode("CreateContainer response", resp.get_ref())?;
-        let rootfs = admissions.first().and_then(|a| a.consumer());
-        if !admissions.is_empty() && rootfs.as_deref().map(crate::snapshotter::name_of_key) != Some(created.container_id.as_str()) {
-            tracing::warn!(pod = %pod_name, container = %created.container_id, consumed_by = ?rootfs, "CRI CreateContainer: the rootfs was not prepared on the admitted image; removing the container");
+        let mut undone = Vec::new();
+        if let Some(a) = &rootfs {
+            let consumer = a.consumer();
+            if consumer.as_deref().map(crate::snapshotter::name_of_key) != Some(created.container_id.as_str()) {
+                tracing::warn!(pod = %pod_name, container = %created.container_id, consumed_by = ?consumer, "CRI CreateContainer: the rootfs was not prepared on the admitted image");
+                undone.push("its rootfs was not prepared on the admission pullgate made for its image (the image changed meanwhile, or another Prepare took it)".to_string());
+            }
+        }
+        for (chain, a) in &volumes {
+            // Unconsumed: containerd reused the pod's mounted volume, which must then have been
+            // prepared under an admission for this pod's principal.
+            if a.consumer().is_none() && !self.volume_admitted(&sandbox, chain, &principal, &pod_name).await? {
+                tracing::warn!(pod = %pod_name, container = %created.container_id, %chain, "CRI CreateContainer: an image volume was not prepared on its admission");
+                undone.push(format!("its image volume of layer chain {chain} was not prepared on the admission pullgate made for it"));
+            }
+        }
+        if !undone.is_empty() {
             let removed = self.call::<_, cri::RemoveContainerResponse>("/runtime.v1.RuntimeService/RemoveContainer", cri::RemoveContainerRequest { container_id: created.container_id.clone() }).await;
             return Err(Status::aborted(format!(
-                "pullgate: containerd prepared the container of pod {pod_name} without the admission pullgate made for its image (the image changed meanwhile, or another Prepare took it){}; retry",
-                if removed.is_ok() { ", so it removed it" } else { "; removing it failed" }
+                "pullgate: containerd created the container of pod {pod_name} otherwise than pullgate decided: {}{}; retry",
+                undone.join("; "),
+                if removed.is_ok() { ", so pullgate removed it" } else { "; removing it failed" }
             )));
         }
         Ok(resp)
     }
 
-    /// Takes the locks of `chains` (sorted and deduplicated, so that two calls never wait on
-    /// each other).
-    async fn lock_chains(&self, chains: &[String]) -> Vec<tokio::sync::OwnedMutexGuard<()>> {
-        let mut names: Vec<&String> = chains.iter().collect();
-        names.sort();
-        names.dedup();
-        let mut held = Vec::new();
-        for n in names {
-            let lock = self.chain_locks.lock().unwrap_or_else(|p| p.into_inner()).entry(n.clone()).or_default().clone();
-            held.push(lock.lock_owned().await);
-        }
-        held
+    /// The decision for one image of a container (its rootfs or an image volume): the layer
+    /// chain containerd will prepare the snapshot on, or the refusal.
+    async fn decide(&self, spec: cri::ImageSpec, principal: &str, pod_name: &str) -> Result<String, Status> {
+        let shown = if spec.user_specified_image.is_empty() { spec.image.clone() } else { spec.user_specified_image.clone() };
+        let diff_ids = self.claimed_layers(spec, &shown).await?;
+        let snap = self.snap.clone();
+        let p = principal.to_string();
+        let decided = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &diff_ids))
+            .await
+            .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?;
+        crate::metrics::record_gate(crate::metrics::Verb::create_container, &decided);
+        let chain = decided.map_err(|e| refusal(e, pod_name, &shown, principal))?;
+        tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted");
+        Ok(chain)
+    }
+
+    /// Whether pod `sandbox` holds an image volume on `chain` prepared under an admission for
+    /// `principal`.
+    async fn volume_admitted(&self, sandbox: &str, chain: &str, principal: &str, pod_name: &str) -> Result<bool, Status> {
+        let snap = self.snap.clone();
+        let (sb, ch, p) = (sandbox.to_string(), chain.to_string(), principal.to_string());
+        tokio::task::spawn_blocking(move || snap.volume_admitted(CRI_NAMESPACE, &sb, &ch, &p))
+            .await
+            .map_err(|e| Status::internal(format!("pullgate: the check failed: {e}")))?
+            .map_err(|e| refusal(e, pod_name, "(image volume)", principal))
     }
 
     /// The layers an image on the node claims (containerd prepares a container's rootfs on
@@ -304,7 +395,7 @@ impl Front {
             if String::from_utf8_lossy(&target).contains(CHECKPOINT_ANNOTATION) {
                 return Err(undecidable("it is a checkpoint image, which containerd restores onto another image; not supported through pullgate"));
             }
-            for config in self.configs_for_platform(&target, &read).await? {
+            for config in self.configs_for_platform(&target, &t.media_type, &read).await? {
                 if config != image.id {
                     // Other names of the image may be other tenants' repositories: logged only.
                     tracing::warn!(image = %shown, %name, now = %config, id = %image.id, "CRI CreateContainer: a name of the image now names another image");
@@ -313,38 +404,33 @@ impl Front {
             }
         }
         let bytes = read(&image.id).await?;
-        let config = oci_spec::image::ImageConfiguration::from_reader(bytes.as_slice())
-            .map_err(|e| Status::failed_precondition(format!("pullgate: image config {}: unreadable: {e}", image.id)))?;
+        let config = crate::document::config(&bytes).map_err(|e| Status::failed_precondition(format!("pullgate: image config {}: {e}", image.id)))?;
         Ok(config.rootfs().diff_ids().to_vec())
     }
 
-    /// The configs an image record's target (`bytes`) gives this node's platform: a manifest's
-    /// own, or those of an index's entries for this platform (any variant; an entry missing from
-    /// the content store is an error, as containerd could choose it once it arrives).
-    async fn configs_for_platform<F, Fut>(&self, bytes: &[u8], read: &F) -> Result<Vec<String>, Status>
+    /// The configs an image record's target (`bytes`, of media type `media_type`) gives this
+    /// node's platform: a manifest's own, or those of an index's entries for this platform (any
+    /// variant, and entries without a platform; an entry missing from the content store is an
+    /// error, as containerd could choose it once it arrives). Every document is read as
+    /// containerd reads it, or refused.
+    async fn configs_for_platform<F, Fut>(&self, bytes: &[u8], media_type: &str, read: &F) -> Result<Vec<String>, Status>
     where
         F: Fn(&str) -> Fut,
         Fut: std::future::Future<Output = Result<Vec<u8>, Status>>,
     {
-        let bad = |e: String| Status::failed_precondition(format!("pullgate: an image record's target is unreadable: {e}"));
-        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-        if let Some(d) = value.pointer("/config/digest").and_then(|d| d.as_str()) {
-            return Ok(vec![d.to_string()]);
+        let bad = |e: crate::document::DocumentError| Status::failed_precondition(format!("pullgate: an image record's target is unreadable: {e}"));
+        if !crate::document::is_index(&crate::document::media_type_of(bytes, media_type).map_err(bad)?) {
+            return Ok(vec![crate::document::manifest(bytes, media_type).map_err(bad)?.config().digest().to_string()]);
         }
         let (os, arch) = self.platform.split_once('/').unwrap_or(("linux", "amd64"));
         let mut out = Vec::new();
-        for m in value.get("manifests").and_then(|m| m.as_array()).ok_or_else(|| bad("neither a manifest nor an index".into()))? {
-            let p = m.get("platform");
-            let field = |k: &str| p.and_then(|p| p.get(k)).and_then(|v| v.as_str());
-            if p.is_some() && (field("os") != Some(os) || field("architecture") != Some(arch)) {
+        for m in crate::document::index(bytes, media_type).map_err(bad)?.manifests() {
+            if m.platform().as_ref().is_some_and(|p| !crate::document::platform_matches(p, os, arch, None)) {
                 continue;
             }
-            let d = m.get("digest").and_then(|d| d.as_str()).ok_or_else(|| bad("an index entry without a digest".into()))?;
-            let inner: serde_json::Value = serde_json::from_slice(&read(d).await?).map_err(|e| bad(e.to_string()))?;
-            match inner.pointer("/config/digest").and_then(|d| d.as_str()) {
-                Some(c) => out.push(c.to_string()),
-                None => return Err(bad(format!("index entry {d} is not an image manifest"))),
-            }
+            let d = m.digest().to_string();
+            let inner = crate::document::manifest(&read(&d).await?, &m.media_type().to_string()).map_err(bad)?;
+            out.push(inner.config().digest().to_string());
         }
         Ok(out)
     }
@@ -447,6 +533,29 @@ pub fn services(front: Front) -> (Svc<false>, Svc<true>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chain_locks_are_forgotten_when_free() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let locks = ChainLocks::default();
+            let a = locks.lock("c1").await;
+            let _b = locks.lock("c2").await;
+            // A waiter that gives up counts itself out.
+            let waited = tokio::time::timeout(std::time::Duration::from_millis(20), locks.lock("c1")).await;
+            assert!(waited.is_err() && locks.len() == 2);
+            let next = tokio::spawn({
+                let map = locks.0.clone();
+                async move { ChainLocks(map).lock("c1").await }
+            });
+            tokio::task::yield_now().await;
+            drop(a);
+            let held = next.await.unwrap();
+            assert_eq!(locks.len(), 2, "c1 is held again");
+            drop(held);
+            assert_eq!(locks.len(), 1, "only c2 is left");
+        });
+    }
 
     #[test]
     fn principals_and_credentials() {

@@ -454,8 +454,7 @@ impl Puller {
                 if registry::sha256_digest(&cfg_bytes) != image.config.digest {
                     return Err(bad(format!("config {} in the content store does not match its digest", image.config.digest)));
                 }
-                let image_cfg =
-                    oci_spec::image::ImageConfiguration::from_reader(cfg_bytes.as_slice()).map_err(|e| bad(format!("config: {e}")))?;
+                let image_cfg = crate::document::config(&cfg_bytes).map_err(|e| bad(e.to_string()))?;
                 image_cfg.rootfs().diff_ids().to_vec()
             }
         };

@@ -372,7 +372,8 @@ impl Session {
                 return Err(RegistryError::DigestMismatch { what: format!("manifest {object}"), expected: exp, actual: digest });
             }
         }
-        let media_type = if media_type.is_empty() || media_type == "application/json" { sniff_media_type(&bytes) } else { media_type };
+        // One reading: the document must be what it was served as, in containerd's reading too.
+        let media_type = crate::document::media_type_of(&bytes, &media_type).map_err(|e| self.protocol(format!("manifest {object}: {e}")))?;
         Ok(Fetched { digest, media_type, bytes })
     }
 
@@ -380,13 +381,10 @@ impl Session {
     pub async fn resolve(&mut self, r: &Reference, platform: &str) -> Result<Resolved> {
         let top = self.get_manifest(r.object()).await?;
         if is_index(&top.media_type) {
-            let idx = oci_spec::image::ImageIndex::from_reader(top.bytes.as_slice())
-                .map_err(|e| self.protocol(format!("index {}: {e}", top.digest)))?;
-            let want = parse_platform(platform).map_err(RegistryError::Config)?;
-            let chosen = idx
-                .manifests()
-                .iter()
-                .find(|d| d.platform().as_ref().is_some_and(|p| platform_matches(p, &want)))
+            let idx = crate::document::index(&top.bytes, &top.media_type).map_err(|e| self.protocol(format!("index {}: {e}", top.digest)))?;
+            let (os, arch, variant) = parse_platform(platform).map_err(RegistryError::Config)?;
+            let chosen = crate::document::select_platform(&idx, &os, &arch, variant.as_deref())
+                .map_err(|e| self.protocol(format!("index {}: {e}", top.digest)))?
                 .ok_or_else(|| RegistryError::NotFound {
                     host: self.host.clone(),
                     repo: self.repo.clone(),
@@ -554,28 +552,12 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-pub fn is_index(media_type: &str) -> bool {
-    matches!(media_type, "application/vnd.oci.image.index.v1+json" | "application/vnd.docker.distribution.manifest.list.v2+json")
-}
+pub use crate::document::is_index;
 
-/// The media type of a manifest or index that came without a usable Content-Type.
-pub fn sniff_media_type(bytes: &[u8]) -> String {
-    #[derive(serde::Deserialize)]
-    struct Probe {
-        #[serde(rename = "mediaType")]
-        media_type: Option<String>,
-        manifests: Option<serde_json::Value>,
-    }
-    match serde_json::from_slice::<Probe>(bytes) {
-        Ok(Probe { media_type: Some(m), .. }) => m,
-        Ok(Probe { manifests: Some(_), .. }) => "application/vnd.oci.image.index.v1+json".into(),
-        _ => "application/vnd.oci.image.manifest.v1+json".into(),
-    }
-}
-
-/// Parses an image manifest (what `resolve` does with the bytes it fetched).
+/// Parses an image manifest (what `resolve` does with the bytes it fetched), as containerd
+/// reads it.
 pub fn parse_manifest(f: &Fetched) -> std::result::Result<oci_spec::image::ImageManifest, String> {
-    oci_spec::image::ImageManifest::from_reader(f.bytes.as_slice()).map_err(|e| format!("manifest {}: {e}", f.digest))
+    crate::document::manifest(&f.bytes, &f.media_type).map_err(|e| format!("manifest {}: {e}", f.digest))
 }
 
 /// `os/arch[/variant]`.
@@ -605,12 +587,6 @@ pub fn parse_platform(p: &str) -> std::result::Result<(String, String, Option<St
     }
 }
 
-fn platform_matches(p: &oci_spec::image::Platform, want: &(String, String, Option<String>)) -> bool {
-    p.os().to_string() == want.0
-        && p.architecture().to_string() == want.1
-        && (want.2.is_none() || p.variant().as_deref() == want.2.as_deref())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -622,11 +598,5 @@ mod tests {
         for bad in ["linux", "linux/", "/amd64", "linux/amd64/v8/x", "linux/am d64"] {
             assert!(parse_platform(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn media_type_sniffing() {
-        assert!(is_index(&sniff_media_type(br#"{"schemaVersion":2,"manifests":[]}"#)));
-        assert_eq!(sniff_media_type(br#"{"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}"#), "application/vnd.docker.distribution.manifest.v2+json");
     }
 }

@@ -99,18 +99,49 @@ pub struct Snapshotter {
     admission_only: std::collections::HashSet<String>,
 }
 
-/// The CRI front's decision that `principal` may run a container on chain `chain` in
+/// The CRI front's decision that `principal` may create a container on chain `chain` in
 /// `namespace`, handed over in this process just before it forwards the CreateContainer, and
-/// consumed by the container's rootfs Prepare on that parent (containerd 1.7+ passes a
-/// container's annotations to no Prepare, so nothing on the wire can carry it).
-#[derive(Debug, Clone)]
+/// consumed by the one Prepare of that creation it was made for (containerd 1.7+ passes a
+/// container's annotations to no Prepare, so nothing on the wire can carry it). A Prepare the
+/// front did not decide never consumes one.
 struct Admission {
     id: u64,
     namespace: String,
     chain: String,
     principal: String,
+    target: AdmissionFor,
     /// The backend key of the Prepare that consumed it.
     consumed_by: Option<String>,
+    /// Held until a Prepare consumes the admission (or it is withdrawn): the front's lock on
+    /// the chain, so that the next container of the chain waits only for this one's Prepare.
+    release: Option<Box<dyn std::any::Any + Send>>,
+}
+
+/// Which Prepare of a CreateContainer an admission is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdmissionFor {
+    /// The container's rootfs: a Prepare whose key is a container ID (containerd's 64 hex
+    /// characters) on the chain, or on containerd's user-namespace copy of the chain. The copy
+    /// itself (key `<id>-remap` on the chain) is prepared under the admission without consuming
+    /// it, and committed, is taken as that chain.
+    Rootfs,
+    /// An image volume of pod sandbox `sandbox`: containerd's key
+    /// `<state dir>/image-volumes/<sandbox id>/<image>` on the chain.
+    Volume { sandbox: String },
+}
+
+/// The pod sandbox an image volume's key names (`.../image-volumes/<sandbox>/<image>`).
+pub fn image_volume_sandbox(name: &str) -> Option<&str> {
+    let parts: Vec<&str> = name.rsplitn(4, '/').collect();
+    match parts.as_slice() {
+        [image, sandbox, "image-volumes", _] if !image.is_empty() && !sandbox.is_empty() => Some(sandbox),
+        _ => None,
+    }
+}
+
+/// Whether a key name is a container ID as containerd's CRI makes them (64 lowercase hex).
+pub fn is_container_id(name: &str) -> bool {
+    name.len() == 64 && name.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Keeps an admission offered while its CreateContainer is in flight; dropped, it withdraws an
@@ -129,7 +160,14 @@ impl AdmissionGuard {
 
 impl Drop for AdmissionGuard {
     fn drop(&mut self) {
-        self.snap.admission_lock().retain(|a| a.id != self.id);
+        let gone: Vec<Admission> = {
+            let mut all = self.snap.admission_lock();
+            let (gone, kept) = std::mem::take(&mut *all).into_iter().partition(|a| a.id == self.id);
+            *all = kept;
+            gone
+        };
+        // (The chain lock a withdrawn admission still holds is released outside the list's lock.)
+        drop(gone);
     }
 }
 
@@ -326,39 +364,104 @@ impl Snapshotter {
         self.admissions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Offers an admission (see [`Admission`]) until the guard is dropped. The front forwards
-    /// one CreateContainer per chain at a time, so one admission per chain is on offer; should
-    /// another Prepare on that chain take it (or the container's rootfs be prepared on another
-    /// chain), the front sees from `AdmissionGuard::consumer` that its container did not
-    /// consume it, and undoes the creation.
-    pub fn admit(self: &std::sync::Arc<Self>, namespace: &str, chain: &str, principal: &str) -> AdmissionGuard {
+    /// Offers an admission (see [`Admission`]) until the guard is dropped, holding `release`
+    /// until a Prepare consumes it. The front offers one rootfs admission per chain at a time
+    /// (the next waits for this one's `release`), and volume admissions bound to their pod;
+    /// should a Prepare take an admission other than its container's (or the rootfs be prepared
+    /// on another chain), the front sees from `AdmissionGuard::consumer` that its container did
+    /// not consume it, and undoes the creation.
+    pub fn admit(
+        self: &std::sync::Arc<Self>,
+        namespace: &str,
+        chain: &str,
+        principal: &str,
+        target: AdmissionFor,
+        release: Option<Box<dyn std::any::Any + Send>>,
+    ) -> AdmissionGuard {
         let id = self.next_admission.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.admission_lock().push(Admission { id, namespace: namespace.into(), chain: chain.into(), principal: principal.into(), consumed_by: None });
+        let a = Admission { id, namespace: namespace.into(), chain: chain.into(), principal: principal.into(), target, consumed_by: None, release };
+        self.admission_lock().push(a);
         AdmissionGuard { snap: self.clone(), id }
     }
 
-    /// Consumes, for the Prepare of `key`, the oldest unconsumed admission for a container on
-    /// parent `parent` (a backend key) in `namespace`: its principal.
-    fn take_admission(&self, namespace: &str, key: &str, parent: &str) -> Option<String> {
+    /// The admission, if any, a Prepare of `key` on `parent` (backend keys) in `namespace` is
+    /// made under: its principal. `remap_of` is the chain the parent is containerd's
+    /// user-namespace copy of, if it is one. Only the Prepare an admission is for consumes it:
+    /// - a container ID's key, the rootfs admission on the parent's chain (or the chain the
+    ///   parent is a copy of), releasing its chain;
+    /// - an image volume's key, the volume admission of the pod its key names, on that chain;
+    /// - containerd's user-namespace copy (`<id>-remap` on the chain) is made under the open
+    ///   rootfs admission of the chain without consuming it;
+    /// - any other Prepare, none.
+    fn take_admission(&self, namespace: &str, key: &str, parent: &str, remap_of: Option<&str>) -> Option<String> {
+        let (name, chain) = (name_of_key(key), name_of_key(parent));
         let mut all = self.admission_lock();
-        let a = all.iter_mut().find(|a| a.consumed_by.is_none() && a.namespace == namespace && a.chain == name_of_key(parent))?;
+        let open = |a: &Admission| a.consumed_by.is_none() && a.namespace == namespace;
+        let a = if name.strip_suffix("-remap").is_some_and(|id| !id.is_empty()) {
+            let a = all.iter().find(|a| open(a) && a.target == AdmissionFor::Rootfs && a.chain == chain)?;
+            return Some(a.principal.clone());
+        } else if let Some(sandbox) = image_volume_sandbox(name) {
+            all.iter_mut().find(|a| open(a) && a.chain == chain && matches!(&a.target, AdmissionFor::Volume { sandbox: s } if s == sandbox))?
+        } else if is_container_id(name) {
+            all.iter_mut()
+                .find(|a| open(a) && a.target == AdmissionFor::Rootfs && (a.chain == chain || Some(a.chain.as_str()) == remap_of))?
+        } else {
+            return None;
+        };
         a.consumed_by = Some(key.to_string());
-        Some(a.principal.clone())
+        let release = a.release.take();
+        let principal = a.principal.clone();
+        drop(all);
+        drop(release);
+        Some(principal)
     }
 
     /// The principal a new snapshot is created for: in a namespace served by the CRI front, the
-    /// admission its container Prepare consumes (none: no principal), else the label.
+    /// admission its Prepare is made under (none: no principal), else the label.
     fn principal_of(&self, kind: Kind, is_extract: bool, namespace: &str, key: &str, parent: &str, labels: &Labels) -> Result<(String, bool)> {
         if self.admission_only.contains(namespace) {
             if labels.contains_key(PRINCIPAL_LABEL) {
                 tracing::info!(%namespace, "ignoring a principal label: in a namespace served by the CRI front, principals come from its admissions only");
             }
-            let admitted = (kind == Kind::Active && !is_extract && !parent.is_empty()).then(|| self.take_admission(namespace, key, parent)).flatten();
+            if kind != Kind::Active || is_extract || parent.is_empty() {
+                return Ok((String::new(), false));
+            }
+            let remap_of = match is_container_id(name_of_key(key)) {
+                true => self.store.read(|tx| tx.remap_of(parent))?,
+                false => None,
+            };
+            let admitted = self.take_admission(namespace, key, parent, remap_of.as_deref());
             return Ok((admitted.clone().unwrap_or_default(), admitted.is_some()));
         }
         let principal = labels.get(PRINCIPAL_LABEL).cloned().unwrap_or_default();
         validate_principal(&principal)?;
         Ok((principal, false))
+    }
+
+    /// Whether pod `sandbox` holds an image volume on chain `chain` in `namespace` prepared
+    /// under an admission for `principal` (containerd reuses a mounted image volume for the
+    /// pod's later containers without a new Prepare).
+    pub fn volume_admitted(&self, namespace: &str, sandbox: &str, chain: &str, principal: &str) -> Result<bool> {
+        self.store.read(|tx| -> Result<bool> {
+            for (k, _) in Self::chain_snapshots(tx, namespace, chain)? {
+                for child in tx.children_of(&k)? {
+                    if image_volume_sandbox(name_of_key(&child)) == Some(sandbox) && tx.admitted(&child)?.as_deref() == Some(principal) {
+                        return Ok(true);
+                    }
+                }
+            }
+            Ok(false)
+        })
+    }
+
+    /// The committed snapshots of `namespace` named `chain` (those labelled with it, else all
+    /// of the namespace's).
+    fn chain_snapshots(tx: &crate::metastore::ReadTx, namespace: &str, chain: &str) -> Result<Vec<(String, Record)>> {
+        let mut candidates = tx.with_ref(chain)?;
+        if !candidates.iter().any(|(k, _)| namespace_of_key(k) == Some(namespace)) {
+            candidates.extend(tx.all()?.into_iter().filter(|(k, _)| namespace_of_key(k) == Some(namespace)));
+        }
+        Ok(candidates.into_iter().filter(|(k, r)| r.kind == Kind::Committed && name_of_key(k) == chain && namespace_of_key(k) == Some(namespace)).collect())
     }
 
     /// The CRI front's decision for a container, in `namespace` by `principal`, of an image whose
@@ -618,7 +721,16 @@ impl Snapshotter {
                 return Err(SnapshotterError::FailedPrecondition(format!("snapshot {key:?} is not the one pullgate prepared and unpacked")));
             }
             let (size, inodes) = self.layout.usage(r.id)?;
+            // containerd's user-namespace copy of a chain (prepared as `<id>-remap` under a CRI
+            // admission, committed as `<id>`): a container on it is decided as that chain.
+            let remap_of = match name_of_key(key).strip_suffix("-remap") {
+                Some(id) if id == name_of_key(name) && !r.parent.is_empty() && tx.admitted(key)?.is_some() => Some(name_of_key(&r.parent).to_string()),
+                _ => None,
+            };
             tx.delete(key)?;
+            if let Some(chain) = &remap_of {
+                tx.set_remap_of(name, chain)?;
+            }
             let now = now_nanos();
             // pullgate's own unpack of a verified layer, on nothing or on its own chain: the
             // one kind of snapshot another namespace may adopt.
@@ -1023,36 +1135,77 @@ mod tests {
             .with_admission_only(["k8s.io".to_string()]);
         let s = std::sync::Arc::new(s);
         let chain = dg('c');
+        let id = |c: char| c.to_string().repeat(64);
         s.prepare("k8s.io/1/base", "", Labels::new(), None).unwrap();
         s.commit(&format!("k8s.io/2/{chain}"), "k8s.io/1/base", Labels::new()).unwrap();
         let parent = format!("k8s.io/2/{chain}");
         let admitted = |k: &str| s.store.read(|tx| -> Result<_> { Ok(tx.admitted(k)?) }).unwrap();
         // A pod author's label names a principal: ignored, nothing admitted.
         let label = Labels::from([(PRINCIPAL_LABEL.to_string(), "team-a".to_string())]);
-        s.prepare("k8s.io/3/c1", &parent, label.clone(), None).unwrap();
-        assert_eq!(admitted("k8s.io/3/c1"), None);
+        let c1 = format!("k8s.io/3/{}", id('1'));
+        s.prepare(&c1, &parent, label.clone(), None).unwrap();
+        assert_eq!(admitted(&c1), None);
         {
-            let a = s.admit("k8s.io", &chain, "team-b");
-            let other = s.admit("k8s.io", &dg('d'), "team-x");
-            s.prepare("k8s.io/4/c2", &parent, label.clone(), None).unwrap();
-            assert_eq!(admitted("k8s.io/4/c2").as_deref(), Some("team-b"));
-            assert_eq!((a.consumer().as_deref(), other.consumer()), (Some("k8s.io/4/c2"), None));
+            let a = s.admit("k8s.io", &chain, "team-b", AdmissionFor::Rootfs, None);
+            let other = s.admit("k8s.io", &dg('d'), "team-x", AdmissionFor::Rootfs, None);
+            // Prepares the front did not decide never consume it: not a container ID's key,
+            // another pod's image volume.
+            s.prepare("k8s.io/4/not-a-container", &parent, Labels::new(), None).unwrap();
+            s.prepare("k8s.io/5//state/image-volumes/sandbox-x/abc", &parent, Labels::new(), None).unwrap();
+            assert_eq!((admitted("k8s.io/4/not-a-container"), admitted("k8s.io/5//state/image-volumes/sandbox-x/abc")), (None, None));
+            let c2 = format!("k8s.io/6/{}", id('2'));
+            s.prepare(&c2, &parent, label.clone(), None).unwrap();
+            assert_eq!(admitted(&c2).as_deref(), Some("team-b"));
+            assert_eq!((a.consumer(), other.consumer()), (Some(c2.clone()), None));
             // Single use: the next container on the chain gets nothing.
-            s.prepare("k8s.io/5/c3", &parent, Labels::new(), None).unwrap();
-            assert_eq!(admitted("k8s.io/5/c3"), None);
+            let c3 = format!("k8s.io/7/{}", id('3'));
+            s.prepare(&c3, &parent, Labels::new(), None).unwrap();
+            assert_eq!(admitted(&c3), None);
         }
         // Dropped guards withdraw their admissions, consumed or not.
         assert!(s.admission_lock().is_empty());
         {
-            let a = s.admit("k8s.io", &chain, "team-b");
+            // An image volume of pod "sb" and its rootfs on the same image: each Prepare takes
+            // its own admission.
+            let root = s.admit("k8s.io", &chain, "team-b", AdmissionFor::Rootfs, None);
+            let vol = s.admit("k8s.io", &chain, "team-b", AdmissionFor::Volume { sandbox: "sb".into() }, None);
+            let v = "k8s.io/8//state/image-volumes/sb/0123";
+            s.prepare(v, &parent, Labels::new(), None).unwrap();
+            let c4 = format!("k8s.io/9/{}", id('4'));
+            s.prepare(&c4, &parent, Labels::new(), None).unwrap();
+            assert_eq!((vol.consumer().as_deref(), root.consumer()), (Some(v), Some(c4.clone())));
+            assert_eq!(admitted(v).as_deref(), Some("team-b"));
+            assert!(s.volume_admitted("k8s.io", "sb", &chain, "team-b").unwrap());
+            assert!(!s.volume_admitted("k8s.io", "sb", &chain, "team-x").unwrap());
+            assert!(!s.volume_admitted("k8s.io", "other", &chain, "team-b").unwrap());
+        }
+        {
+            // A user-namespace pod: containerd's copy of the chain is prepared under the rootfs
+            // admission without consuming it, and the container on the copy consumes it.
+            let released = std::sync::Arc::new(());
+            let a = s.admit("k8s.io", &chain, "team-u", AdmissionFor::Rootfs, Some(Box::new(released.clone())));
+            let copy = dg('r');
+            s.prepare(&format!("k8s.io/10/{copy}-remap"), &parent, Labels::new(), None).unwrap();
+            assert_eq!(admitted(&format!("k8s.io/10/{copy}-remap")).as_deref(), Some("team-u"));
+            assert_eq!(a.consumer(), None);
+            s.commit(&format!("k8s.io/11/{copy}"), &format!("k8s.io/10/{copy}-remap"), Labels::new()).unwrap();
+            assert_eq!(std::sync::Arc::strong_count(&released), 2, "held until the rootfs is prepared");
+            let c5 = format!("k8s.io/12/{}", id('5'));
+            s.prepare(&c5, &format!("k8s.io/11/{copy}"), Labels::new(), None).unwrap();
+            assert_eq!((a.consumer(), admitted(&c5).as_deref()), (Some(c5.clone()), Some("team-u")));
+            assert_eq!(std::sync::Arc::strong_count(&released), 1, "released by the consuming Prepare");
+        }
+        {
+            let a = s.admit("k8s.io", &chain, "team-b", AdmissionFor::Rootfs, None);
             // Another namespace's container on a chain of that name does not consume it.
             s.prepare("other/1/base", "", Labels::new(), None).unwrap();
             s.commit(&format!("other/2/{chain}"), "other/1/base", Labels::new()).unwrap();
-            s.prepare("other/3/c", &format!("other/2/{chain}"), Labels::new(), None).unwrap();
+            s.prepare(&format!("other/3/{}", id('6')), &format!("other/2/{chain}"), Labels::new(), None).unwrap();
             assert_eq!(a.consumer(), None);
         }
-        s.remove("k8s.io/4/c2").unwrap();
-        assert_eq!(admitted("k8s.io/4/c2"), None, "removed with its snapshot");
+        let c2 = format!("k8s.io/6/{}", id('2'));
+        s.remove(&c2).unwrap();
+        assert_eq!(admitted(&c2), None, "removed with its snapshot");
         // Outside the front's namespaces the label is the principal, as before.
         assert!(matches!(s.prepare("other/4/c", &format!("other/2/{chain}"), Labels::from([(PRINCIPAL_LABEL.to_string(), "a/../b".to_string())]), None),
             Err(SnapshotterError::InvalidArgument(_))));

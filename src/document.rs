@@ -1,0 +1,492 @@
+//! document: one reading of every image document (manifest, index, config). pullgate reads
+//! them with serde; containerd reads them with Go's encoding/json, which matches object keys to
+//! struct fields case-insensitively (Unicode simple folding: `ſ` U+017F is `s`, the Kelvin sign
+//! U+212A is `k`), lets a repeated key overwrite the earlier one, and ignores unknown keys.
+//! serde is case-sensitive and refuses only exact duplicates. A document the two read
+//! differently is two images: one that pullgate decides and one that containerd runs. This
+//! module owns the rule, and every path that reads a manifest, index or config (pull, verify,
+//! the CRI front's PullImage and CreateContainer) goes through it:
+//! - a key that names a field containerd reads must spell it exactly (no case variant, no
+//!   folding character), and each field at most once;
+//! - no object repeats a key (maps included: annotations, labels);
+//! - a document's own `mediaType`, when present, is the one it was served or stored as, and a
+//!   manifest holds no `manifests` nor an index `config` or `layers` (containerd's own check);
+//! - an index names at most one image for a platform as containerd matches platforms
+//!   (architecture aliases normalised), so both pick the same entry.
+//! Anything else that could mean two things is refused before it is parsed, with the path of
+//! the offending key. Written by hand: no crate reads JSON as Go does, and serde_json's `Value`
+//! drops duplicate keys before anyone can see them.
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::fmt;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum DocumentError {
+    #[error("{what} is not valid JSON: {reason}")]
+    Json { what: &'static str, reason: String },
+    #[error("{what} has key {key:?} at {path}, which containerd reads as field {field:?} (Go matches keys case-insensitively) and pullgate would not; refusing a document that means two things")]
+    CaseVariant { what: &'static str, path: String, key: String, field: &'static str },
+    #[error("{what} repeats key {key:?} at {path} (containerd keeps the last one); refusing a document that means two things")]
+    Duplicate { what: &'static str, path: String, key: String },
+    #[error("{what} says its media type is {inner:?}, but it was served or stored as {declared:?}")]
+    MediaType { what: &'static str, inner: String, declared: String },
+    #[error("{what} of media type {declared:?} has a {field:?} field that only another kind of document has")]
+    WrongKind { what: &'static str, declared: String, field: &'static str },
+    #[error("index lists {count} different manifests for platform {platform} (containerd and pullgate could choose different ones)")]
+    AmbiguousPlatform { platform: String, count: usize },
+    #[error("{what}: {reason}")]
+    Parse { what: &'static str, reason: String },
+}
+
+type Result<T> = std::result::Result<T, DocumentError>;
+
+/// A JSON value as written, every key of every object kept in order (duplicates included).
+#[derive(Debug, Clone, PartialEq)]
+enum Node {
+    Scalar,
+    Str(String),
+    Array(Vec<Node>),
+    Object(Vec<(String, Node)>),
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Node, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Node;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Node, E> {
+                Ok(Node::Scalar)
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Node, E> {
+                Ok(Node::Scalar)
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Node, E> {
+                Ok(Node::Scalar)
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Node, E> {
+                Ok(Node::Scalar)
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Node, E> {
+                Ok(Node::Scalar)
+            }
+            fn visit_str<E>(self, s: &str) -> std::result::Result<Node, E> {
+                Ok(Node::Str(s.to_string()))
+            }
+            fn visit_string<E>(self, s: String) -> std::result::Result<Node, E> {
+                Ok(Node::Str(s))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> std::result::Result<Node, A::Error> {
+                let mut out = Vec::new();
+                while let Some(n) = a.next_element()? {
+                    out.push(n);
+                }
+                Ok(Node::Array(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> std::result::Result<Node, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = a.next_entry::<String, Node>()? {
+                    out.push((k, v));
+                }
+                Ok(Node::Object(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Node {
+    fn get(&self, field: &str) -> Option<&Node> {
+        match self {
+            Node::Object(kv) => kv.iter().rev().find(|(k, _)| k == field).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    fn str(&self, field: &str) -> Option<&str> {
+        match self.get(field) {
+            Some(Node::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// The shapes of the Go structs containerd decodes these documents into (image-spec's
+/// `Manifest`, `Index`, `Descriptor`, `Platform`, `Image`, `ImageConfig`, `RootFS`, `History`,
+/// and the fields containerd's own media-type check reads).
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// A manifest or an index (containerd decides which from the media type, and checks the
+    /// fields of both): every field either has.
+    Top,
+    Descriptor,
+    Descriptors,
+    Platform,
+    Image,
+    ImageConfig,
+    RootFs,
+    History,
+    Histories,
+    /// A `map[string]...`: keys are data, matched exactly by both readers.
+    Map,
+    /// A value whose inside neither reader matches against struct fields.
+    Leaf,
+}
+
+impl Shape {
+    fn fields(self) -> &'static [(&'static str, Shape)] {
+        use Shape::*;
+        match self {
+            Top => &[
+                ("schemaVersion", Leaf),
+                ("mediaType", Leaf),
+                ("artifactType", Leaf),
+                ("config", Descriptor),
+                ("layers", Descriptors),
+                ("manifests", Descriptors),
+                ("subject", Descriptor),
+                ("annotations", Map),
+                ("fsLayers", Leaf),
+            ],
+            Descriptor => &[
+                ("mediaType", Leaf),
+                ("digest", Leaf),
+                ("size", Leaf),
+                ("urls", Leaf),
+                ("annotations", Map),
+                ("data", Leaf),
+                ("platform", Platform),
+                ("artifactType", Leaf),
+            ],
+            Platform => &[
+                ("architecture", Leaf),
+                ("os", Leaf),
+                ("os.version", Leaf),
+                ("os.features", Leaf),
+                ("variant", Leaf),
+                ("features", Leaf),
+            ],
+            Image => &[
+                ("created", Leaf),
+                ("author", Leaf),
+                ("architecture", Leaf),
+                ("os", Leaf),
+                ("os.version", Leaf),
+                ("os.features", Leaf),
+                ("variant", Leaf),
+                ("config", ImageConfig),
+                ("rootfs", RootFs),
+                ("history", Histories),
+            ],
+            ImageConfig => &[
+                ("User", Leaf),
+                ("ExposedPorts", Map),
+                ("Env", Leaf),
+                ("Entrypoint", Leaf),
+                ("Cmd", Leaf),
+                ("Volumes", Map),
+                ("WorkingDir", Leaf),
+                ("Labels", Map),
+                ("StopSignal", Leaf),
+                ("ArgsEscaped", Leaf),
+            ],
+            RootFs => &[("type", Leaf), ("diff_ids", Leaf)],
+            History => &[("created", Leaf), ("created_by", Leaf), ("author", Leaf), ("comment", Leaf), ("empty_layer", Leaf)],
+            Descriptors | Histories | Map | Leaf => &[],
+        }
+    }
+}
+
+/// Go's key folding (encoding/json's `foldName`: every rune to the smallest of its simple case
+/// folding orbit), restricted to what can equal an ASCII field name: ASCII letters fold to
+/// upper case, and the only other runes whose orbit holds an ASCII letter are U+017F (`s`) and
+/// U+212A (`k`) (checked against Go 1.26's encoding/json over every rune). Any other rune stays
+/// itself, and so never equals a field's fold.
+fn fold(key: &str) -> String {
+    key.chars()
+        .map(|c| match c {
+            '\u{017F}' => 'S',
+            '\u{212A}' => 'K',
+            c => c.to_ascii_uppercase(),
+        })
+        .collect()
+}
+
+struct Checker {
+    what: &'static str,
+}
+
+impl Checker {
+    fn check(&self, node: &Node, shape: Shape, path: &str) -> Result<()> {
+        match (shape, node) {
+            (Shape::Descriptors, Node::Array(items)) => {
+                for (i, n) in items.iter().enumerate() {
+                    self.check(n, Shape::Descriptor, &format!("{path}[{i}]"))?;
+                }
+                Ok(())
+            }
+            (Shape::Histories, Node::Array(items)) => {
+                for (i, n) in items.iter().enumerate() {
+                    self.check(n, Shape::History, &format!("{path}[{i}]"))?;
+                }
+                Ok(())
+            }
+            (Shape::Map, Node::Object(kv)) => self.no_duplicates(kv, path),
+            (Shape::Leaf | Shape::Descriptors | Shape::Histories | Shape::Map, _) => Ok(()),
+            (_, Node::Object(kv)) => {
+                self.no_duplicates(kv, path)?;
+                let fields = shape.fields();
+                let mut seen = vec![false; fields.len()];
+                for (key, value) in kv {
+                    let folded = fold(key);
+                    let Some(i) = fields.iter().position(|(f, _)| fold(f) == folded) else { continue };
+                    let (field, inner) = fields[i];
+                    if key != field {
+                        return Err(DocumentError::CaseVariant { what: self.what, path: path.to_string(), key: key.clone(), field });
+                    }
+                    if std::mem::replace(&mut seen[i], true) {
+                        return Err(DocumentError::Duplicate { what: self.what, path: path.to_string(), key: key.clone() });
+                    }
+                    self.check(value, inner, &format!("{path}.{field}"))?;
+                }
+                Ok(())
+            }
+            // A struct's value of another JSON type: a type error to both readers.
+            _ => Ok(()),
+        }
+    }
+
+    fn no_duplicates(&self, kv: &[(String, Node)], path: &str) -> Result<()> {
+        let mut keys: Vec<&str> = kv.iter().map(|(k, _)| k.as_str()).collect();
+        keys.sort_unstable();
+        match keys.windows(2).find(|w| w[0] == w[1]) {
+            Some(w) => Err(DocumentError::Duplicate { what: self.what, path: path.to_string(), key: w[0].to_string() }),
+            None => Ok(()),
+        }
+    }
+}
+
+fn read(what: &'static str, bytes: &[u8], shape: Shape) -> Result<Node> {
+    let node: Node = serde_json::from_slice(bytes).map_err(|e| DocumentError::Json { what, reason: e.to_string() })?;
+    Checker { what }.check(&node, shape, "$")?;
+    Ok(node)
+}
+
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+
+pub fn is_index(media_type: &str) -> bool {
+    matches!(media_type, OCI_INDEX | DOCKER_LIST)
+}
+
+/// Reads a manifest or an index whose media type (`declared`: as served, or as its descriptor
+/// names it; empty: unknown) is checked against the document. Returns the media type it is
+/// read as: the declared one, else its own `mediaType` field, else an index when it lists
+/// `manifests` and a manifest otherwise.
+pub fn media_type_of(bytes: &[u8], declared: &str) -> Result<String> {
+    let what = "manifest or index";
+    let node = read(what, bytes, Shape::Top)?;
+    let inner = node.str("mediaType").unwrap_or_default();
+    let declared = match declared {
+        "" | "application/json" => "",
+        d => d,
+    };
+    if !inner.is_empty() && !declared.is_empty() && inner != declared {
+        return Err(DocumentError::MediaType { what, inner: inner.to_string(), declared: declared.to_string() });
+    }
+    let kind = match (declared, inner) {
+        ("", "") if node.get("manifests").is_some() => OCI_INDEX.to_string(),
+        ("", "") => OCI_MANIFEST.to_string(),
+        ("", i) => i.to_string(),
+        (d, _) => d.to_string(),
+    };
+    let wrong = if is_index(&kind) { ["config", "layers"].into_iter().find(|f| node.get(f).is_some()) } else { node.get("manifests").map(|_| "manifests") };
+    if let Some(field) = wrong {
+        return Err(DocumentError::WrongKind { what, declared: kind, field });
+    }
+    Ok(kind)
+}
+
+/// An image manifest, read as containerd reads it (see the module's rule).
+pub fn manifest(bytes: &[u8], declared: &str) -> Result<oci_spec::image::ImageManifest> {
+    let kind = media_type_of(bytes, declared)?;
+    if is_index(&kind) {
+        return Err(DocumentError::WrongKind { what: "image manifest", declared: kind, field: "manifests" });
+    }
+    oci_spec::image::ImageManifest::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "image manifest", reason: e.to_string() })
+}
+
+/// An index, read as containerd reads it (see the module's rule).
+pub fn index(bytes: &[u8], declared: &str) -> Result<oci_spec::image::ImageIndex> {
+    let kind = media_type_of(bytes, declared)?;
+    if !is_index(&kind) {
+        return Err(DocumentError::WrongKind { what: "index", declared: kind, field: "config" });
+    }
+    oci_spec::image::ImageIndex::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "index", reason: e.to_string() })
+}
+
+/// An image config, read as containerd reads it (see the module's rule).
+pub fn config(bytes: &[u8]) -> Result<oci_spec::image::ImageConfiguration> {
+    read("image config", bytes, Shape::Image)?;
+    oci_spec::image::ImageConfiguration::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "image config", reason: e.to_string() })
+}
+
+/// containerd's platform normalisation of an architecture and variant (its `platforms`
+/// package): the aliases distributions use for the same machine.
+fn normalize_arch(arch: &str, variant: &str) -> (String, String) {
+    let arch = arch.to_ascii_lowercase();
+    let variant = variant.to_ascii_lowercase();
+    match (arch.as_str(), variant.as_str()) {
+        ("i386", _) => ("386".into(), String::new()),
+        ("x86_64" | "x86-64" | "amd64", "v1") => ("amd64".into(), String::new()),
+        ("x86_64" | "x86-64", _) => ("amd64".into(), variant),
+        ("aarch64" | "arm64", "8" | "v8") => ("arm64".into(), String::new()),
+        ("aarch64", _) => ("arm64".into(), variant),
+        ("armhf", _) => ("arm".into(), "v7".into()),
+        ("armel", _) => ("arm".into(), "v6".into()),
+        ("arm", "" | "7") => ("arm".into(), "v7".into()),
+        ("arm", "5" | "6" | "8") => ("arm".into(), format!("v{variant}")),
+        _ => (arch, variant),
+    }
+}
+
+/// Whether `p` is platform `os/arch[/variant]` (no variant: any) as containerd matches
+/// platforms: OS case-insensitively, architecture aliases normalised.
+pub fn platform_matches(p: &oci_spec::image::Platform, os: &str, arch: &str, variant: Option<&str>) -> bool {
+    let (want_arch, want_variant) = normalize_arch(arch, variant.unwrap_or(""));
+    let (a, v) = normalize_arch(&p.architecture().to_string(), p.variant().as_deref().unwrap_or(""));
+    p.os().to_string().eq_ignore_ascii_case(os) && a == want_arch && (variant.is_none() || v == want_variant)
+}
+
+/// The entry of `idx` for `platform` (`os/arch[/variant]`, no variant: any), matched as
+/// containerd matches platforms (OS case-insensitively, architecture aliases normalised). Two
+/// entries of different digests that both match are refused: containerd orders candidates by
+/// its own preferences, and pullgate must decide the same image containerd would run.
+pub fn select_platform<'a>(idx: &'a oci_spec::image::ImageIndex, os: &str, arch: &str, variant: Option<&str>) -> Result<Option<&'a oci_spec::image::Descriptor>> {
+    let mut found: Vec<&oci_spec::image::Descriptor> = Vec::new();
+    for d in idx.manifests() {
+        if d.platform().as_ref().is_some_and(|p| platform_matches(p, os, arch, variant)) && !found.iter().any(|f| f.digest() == d.digest()) {
+            found.push(d);
+        }
+    }
+    match found.len() {
+        0 | 1 => Ok(found.pop()),
+        count => {
+            let platform = match variant {
+                Some(v) => format!("{os}/{arch}/{v}"),
+                None => format!("{os}/{arch}"),
+            };
+            Err(DocumentError::AmbiguousPlatform { platform, count })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAYER: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const OTHER: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+    fn desc(d: &str) -> String {
+        format!(r#"{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{d}","size":1}}"#)
+    }
+
+    fn manifest_with(extra: &str) -> String {
+        format!(
+            r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{LAYER}","size":1}},"layers":[{}]{extra}}}"#,
+            desc(LAYER)
+        )
+    }
+
+    /// The same bytes read both ways: what serde alone makes of them, and what this module says.
+    #[test]
+    fn differential_manifests() {
+        // serde alone reads the first "config"; containerd reads the last, of another image.
+        let twice = manifest_with(&format!(r#","Config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{OTHER}","size":1}}"#));
+        let serde_reading = oci_spec::image::ImageManifest::from_reader(twice.as_bytes()).unwrap();
+        assert_eq!(serde_reading.config().digest().to_string(), LAYER, "serde alone takes the first");
+        assert!(matches!(manifest(twice.as_bytes(), OCI_MANIFEST), Err(DocumentError::CaseVariant { field: "config", .. })));
+        // Unicode folding: "layerſ" is "layers" to Go, unknown to serde.
+        let folded = manifest_with(&format!(r#","layer\u017f":[{}]"#, desc(OTHER)));
+        assert!(oci_spec::image::ImageManifest::from_reader(folded.as_bytes()).is_ok());
+        assert!(matches!(manifest(folded.as_bytes(), OCI_MANIFEST), Err(DocumentError::CaseVariant { field: "layers", .. })));
+        let kelvin = r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[],"\u212Aey":1}"#;
+        assert!(index(kelvin.as_bytes(), OCI_INDEX).is_ok(), "an unknown key folding to nothing containerd reads is fine");
+        // A descriptor's digest spelled twice, exactly: serde refuses, and so does the rule.
+        let dup = format!(r#"{{"schemaVersion":2,"config":{{"mediaType":"x","digest":"{LAYER}","digest":"{OTHER}","size":1}},"layers":[]}}"#);
+        assert!(matches!(manifest(dup.as_bytes(), ""), Err(DocumentError::Duplicate { .. })));
+        // Inside a descriptor, a case variant.
+        let inner = format!(r#"{{"schemaVersion":2,"config":{{"mediaType":"x","digest":"{LAYER}","DIGEST":"{OTHER}","size":1}},"layers":[]}}"#);
+        assert!(matches!(manifest(inner.as_bytes(), ""), Err(DocumentError::CaseVariant { field: "digest", .. })));
+        // Annotations: keys are data (case matters to both), but never repeated.
+        assert!(manifest(manifest_with(r#","annotations":{"a":"1","A":"2"}"#).as_bytes(), OCI_MANIFEST).is_ok());
+        assert!(matches!(manifest(manifest_with(r#","annotations":{"a":"1","a":"2"}"#).as_bytes(), OCI_MANIFEST), Err(DocumentError::Duplicate { .. })));
+        // A plain, well-formed manifest.
+        assert_eq!(manifest(manifest_with("").as_bytes(), OCI_MANIFEST).unwrap().layers().len(), 1);
+    }
+
+    #[test]
+    fn differential_configs() {
+        let mine = format!(r#"{{"architecture":"amd64","os":"linux","rootfs":{{"type":"layers","diff_ids":["{LAYER}"]}}"#);
+        let two = format!(r#"{mine},"RootFS":{{"type":"layers","diff_ids":["{OTHER}"]}}}}"#);
+        let serde_reading = oci_spec::image::ImageConfiguration::from_reader(two.as_bytes()).unwrap();
+        assert_eq!(serde_reading.rootfs().diff_ids()[0], LAYER);
+        assert!(matches!(config(two.as_bytes()), Err(DocumentError::CaseVariant { field: "rootfs", .. })));
+        let ids = format!(r#"{{"architecture":"amd64","os":"linux","rootfs":{{"type":"layers","diff_ids":["{LAYER}"],"Diff_Ids":["{OTHER}"]}}}}"#);
+        assert!(matches!(config(ids.as_bytes()), Err(DocumentError::CaseVariant { field: "diff_ids", .. })));
+        let labels = format!(r#"{mine},"config":{{"Labels":{{"x":"1"}},"labels":{{"x":"2"}}}}}}"#);
+        assert!(matches!(config(labels.as_bytes()), Err(DocumentError::CaseVariant { field: "Labels", .. })));
+        assert_eq!(config(format!("{mine}}}").as_bytes()).unwrap().rootfs().diff_ids().len(), 1);
+        // An unknown key that only looks like a field with a separator is unknown to Go too.
+        assert!(config(format!(r#"{mine},"diff-ids":1}}"#).as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn media_types() {
+        let m = manifest_with("");
+        assert!(matches!(manifest(m.as_bytes(), DOCKER_MANIFEST), Err(DocumentError::MediaType { .. })));
+        assert!(matches!(index(m.as_bytes(), OCI_INDEX), Err(DocumentError::MediaType { .. })));
+        let both = format!(r#"{{"schemaVersion":2,"manifests":[],"layers":[{}]}}"#, desc(LAYER));
+        assert!(matches!(media_type_of(both.as_bytes(), OCI_INDEX), Err(DocumentError::WrongKind { field: "layers", .. })));
+        assert!(matches!(media_type_of(both.as_bytes(), OCI_MANIFEST), Err(DocumentError::WrongKind { field: "manifests", .. })));
+        assert_eq!(media_type_of(br#"{"schemaVersion":2,"manifests":[]}"#, "application/json").unwrap(), OCI_INDEX);
+        assert_eq!(media_type_of(br#"{"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}"#, "").unwrap(), DOCKER_MANIFEST);
+        assert!(matches!(media_type_of(b"{\"a\":1} x", ""), Err(DocumentError::Json { .. })));
+        assert!(matches!(media_type_of(b"\xef\xbb\xbf{}", ""), Err(DocumentError::Json { .. })));
+    }
+
+    #[test]
+    fn platforms() {
+        let entry = |d: &str, arch: &str, variant: &str| {
+            let v = if variant.is_empty() { String::new() } else { format!(r#","variant":"{variant}""#) };
+            format!(r#"{{"mediaType":"{OCI_MANIFEST}","digest":"{d}","size":1,"platform":{{"os":"linux","architecture":"{arch}"{v}}}}}"#)
+        };
+        let idx = |entries: &[String]| index(format!(r#"{{"schemaVersion":2,"manifests":[{}]}}"#, entries.join(",")).as_bytes(), OCI_INDEX).unwrap();
+        let one = idx(&[entry(LAYER, "amd64", ""), entry(OTHER, "arm64", "v8")]);
+        assert_eq!(select_platform(&one, "linux", "amd64", None).unwrap().unwrap().digest().to_string(), LAYER);
+        assert_eq!(select_platform(&one, "linux", "arm64", None).unwrap().unwrap().digest().to_string(), OTHER);
+        assert!(select_platform(&one, "linux", "s390x", None).unwrap().is_none());
+        // x86_64 is amd64 to containerd: two images for one platform.
+        let two = idx(&[entry(LAYER, "x86_64", ""), entry(OTHER, "amd64", "")]);
+        assert!(matches!(select_platform(&two, "linux", "amd64", None), Err(DocumentError::AmbiguousPlatform { count: 2, .. })));
+        // The same digest twice is one image.
+        let same = idx(&[entry(LAYER, "x86_64", ""), entry(LAYER, "amd64", "")]);
+        assert!(select_platform(&same, "linux", "amd64", None).unwrap().is_some());
+    }
+
+    #[test]
+    fn folding_matches_go() {
+        assert_eq!(fold("config"), fold("CONFIG"));
+        assert_eq!(fold("layer\u{017F}"), fold("layers"));
+        assert_eq!(fold("\u{212A}ey"), fold("key"));
+        assert_ne!(fold("diff-ids"), fold("diff_ids"));
+        // The dotless i and the dotted capital I are no ASCII letters to Go's folding.
+        assert_ne!(fold("\u{0131}d"), fold("id"));
+        assert_ne!(fold("\u{0130}d"), fold("id"));
+    }
+}
