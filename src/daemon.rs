@@ -91,17 +91,23 @@ fn notify_ready() {
     }
 }
 
-async fn shutdown_signal(tx: tokio::sync::watch::Sender<bool>) {
+/// Installs the SIGTERM and SIGINT handlers now (before any socket exists: a service manager
+/// that sees a socket may stop pullgate at once, and the default action would kill it without
+/// removing its sockets); the returned future sends the shutdown once one arrives.
+fn shutdown_signal(tx: tokio::sync::watch::Sender<bool>) -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        tracing::error!("cannot install signal handlers; stop pullgate with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    let handlers = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            tracing::error!("cannot install signal handlers; stop pullgate with SIGKILL");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+        let _ = tx.send(true);
     }
-    let _ = tx.send(true);
 }
 
 async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
@@ -166,14 +172,14 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         stale_leases_gone: tokio::sync::OnceCell::new(),
         content_blobs: tokio::sync::OnceCell::new(),
     });
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(shutdown_signal(tx));
     let sock = &cfg.daemon.snapshotter_socket;
     let listener = bind_socket(sock)?;
     let api_sock = &cfg.daemon.api_socket;
     let api_listener = bind_socket(api_sock)?;
     tracing::info!(root = %root.display(), socket = %sock.display(), api = %api_sock.display(), driver = ?driver,
         policy = ?cfg.policy.verification, "pullgate serving");
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(shutdown_signal(tx));
     let (cri_puller, snap_cri, rx_cri) = (puller.clone(), snap.clone(), rx.clone());
     let (metrics_snap, rx_metrics) = (snap.clone(), rx.clone());
     let snapshots = tonic::transport::Server::builder()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end: Kubernetes through pullgate's CRI front. containerd of the given version with its
-# real CRI plugin (pullgate the only snapshotter), pullgate serving CRI on its own socket with
-# `[namespaces."k8s.io"] require_principal = true`, driven exactly as kubelet drives it by the
+# real CRI plugin (pullgate the only snapshotter), pullgate serving CRI on its own socket (k8s.io
+# requiring a principal, its default with the front on), driven exactly as kubelet drives it by the
 # project's CRI client (examples/cri.rs): host-network pods with an empty hostname, the sandbox
 # image from a local registry (pulled by containerd's CRI itself), PullImage with the pod's
 # pull-secret credential, CreateContainer, StartContainer, the container's log, ExecSync,
@@ -19,7 +19,10 @@
 #   8. public images need no secret;
 #   9. pullgate killed (SIGKILL) between PullImage and CreateContainer;
 #  10. pods stop and go;
-#  11. with `[cri] principal = "pod"`, each pod pulls for itself.
+#  11. with `[cri] principal = "pod"`, each pod pulls for itself;
+#  12. documents that containerd and pullgate would read differently are refused;
+#  13. a PullImage naming no pod is the node's: no pod runs the image on it, even with
+#      require_principal turned off.
 # About a minute per containerd version.
 # Usage: tests/e2e_cri.sh VERSION
 source "$(dirname "$0")/lib.sh"
@@ -51,7 +54,7 @@ for r in "$REG_pub" "$REG_h" "$REG_bad"; do write_hosts_toml "$HOSTS" "$r"; done
 
 PG=$WORK/pg
 pullgate_cri_config "$PG" "$HOSTS"
-printf '\n[namespaces."k8s.io"]\nrequire_principal = true\n' >> "$PG/config.toml"
+# (No [namespaces."k8s.io"] table: with the CRI front on, k8s.io requires a principal by default.)
 start_pullgate "$PG" || exit 1
 start_containerd_cri "$V" "$PG/snapshotter.sock" "$PAUSE" "$HOSTS" || exit 1
 check_containerd_version "$V"
@@ -258,11 +261,84 @@ json.dump({"schemaVersion": 2, "manifests": [{"mediaType": idx["mediaType"], "di
 PY
 TWO=$REG_bad/c/twofaced:v1
 push_image "$WORK/twofaced" v1 "$TWO" "" --all || fail "5f: push the two-faced index"
-check "5f: team-c's PullImage of the two-faced index" pull_as app-c team-c "$TWO"
-two_id=$(front ImageStatus "{\"image\":{\"image\":\"$TWO\"}}" | jget image.id 2>/dev/null)
-check "5f: CRI does not file it under team-a's image ID ($two_id)" test -n "$two_id" -a "$two_id" != "$PRIV_ID"
-check_out "5f: team-c's container of it runs the manifest pullgate verified (its own)" "public app" run_in front app-c team-c "$SID_C" c9 "$TWO"
+# (The platform's two entries, linux/amd64/v9 and linux/amd64, are one platform to a request for
+# linux/amd64 with any variant: which one containerd prefers is its own ordering. pullgate refuses
+# an index that names two images for the node's platform, so nothing of it is filed anywhere.)
+check_refused "5f: team-c's PullImage of the two-faced index is refused: two images for one platform" "2 different manifests for platform" "" \
+  pull_as app-c team-c "$TWO"
+st=$(front ImageStatus "{\"image\":{\"image\":\"$TWO\"}}" 2>&1); rc=$?
+check "5f: CRI answers ImageStatus and knows no such image (not filed under team-a's image ID): $st" \
+  bash -c '[ "$1" -eq 0 ] && ! grep -q "\"id\"" <<<"$2"' _ "$rc" "$st"
 check_out "5f: team-a still runs its own image by image ID" "$PRIVMSG" run_in front app-a team-a "$SID_A" a4 "$PRIV_ID"
+
+log "12. one reading: documents containerd and pullgate would read differently are refused"
+# Each served by an attacker's registry holding the attacker's own public image (tests/evilregistry.py
+# --blobs), with one document crafted: (a) the manifest names the attacker's config as "config" and
+# team-a's as a later "Config" (Go's reading: the last, case-insensitively); (b) the config lists
+# the attacker's layers as "rootfs" and team-a's layer IDs as a later "RootFS"; (c) the manifest
+# adds team-a's layers as "layer\u017f" (Go folds U+017F to "s": "layers"); (d) an index with an
+# x86_64 and an amd64 entry (one platform to containerd) naming different manifests.
+python3 - "$WORK/pub" "$WORK/priv" "$WORK/twoway" "$claims" <<'PY'
+import hashlib, json, os, shutil, sys
+pub, priv, out, claims = sys.argv[1:5]
+def blob(d, h): return open(f"{d}/blobs/sha256/{h[7:] if h.startswith('sha256:') else h}", "rb").read()
+def top(d): return json.load(open(f"{d}/index.json"))["manifests"][0]
+def put(layout, b):
+    h = hashlib.sha256(b).hexdigest(); open(f"{layout}/blobs/sha256/{h}", "wb").write(b); return "sha256:" + h
+pm = json.loads(blob(pub, top(pub)["digest"]))
+vm = json.loads(blob(priv, top(priv)["digest"]))
+for name in ("manifest", "config", "fold", "index"):
+    shutil.copytree(pub, f"{out}/{name}")
+def open_end(b):   # the document without its closing brace, to append keys
+    t = b.decode().rstrip(); return t[:t.rindex("}")]
+text = open_end(blob(pub, top(pub)["digest"]))
+# (a) "config" then "Config": team-a's config.
+a = (text + ',"Config":' + json.dumps(vm["config"]) + "}").encode()
+open(f"{out}/manifest.digest", "w").write(put(f"{out}/manifest", a))
+# (b) "rootfs" then "RootFS": team-a's layer IDs.
+ctext = open_end(blob(pub, pm["config"]["digest"]))
+cb = (ctext + ',"RootFS":{"type":"layers","diff_ids":' + json.dumps(claims.split(",")) + "}}").encode()
+cd = put(f"{out}/config", cb)
+m = dict(pm); m["config"] = dict(pm["config"], digest=cd, size=len(cb))
+open(f"{out}/config.digest", "w").write(put(f"{out}/config", json.dumps(m).encode()))
+# (c) "layers" then "layer\u017f" (Go: layers): team-a's layers.
+c = (text + ',"layer\\u017f":' + json.dumps(vm["layers"]) + "}").encode()
+open(f"{out}/fold.digest", "w").write(put(f"{out}/fold", c))
+# (d) one platform, two manifests.
+e = lambda d, arch: {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": top(d)["digest"], "size": top(d)["size"],
+                     "platform": {"os": "linux", "architecture": arch}}
+idx = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [e(pub, "x86_64"), e(priv, "amd64")]}
+open(f"{out}/index.digest", "w").write(put(f"{out}/index", json.dumps(idx).encode()))
+PY
+for kind in manifest config fold index; do
+  eval "_launch_twoway_$kind() {
+    /usr/bin/python3 '$REPO/tests/evilregistry.py' --port \"\$PORT_1\" --repo c/$kind --tag v1 --blobs '$WORK/twoway/$kind/blobs/sha256' \
+      --manifest '$WORK/twoway/$kind/blobs/sha256/'\$(cut -c8- '$WORK/twoway/$kind.digest') --log '$WORK/twoway-$kind.log' &
+    PIDS+=(\$!); LAUNCHED+=(\$!)
+    wait_serving 20 curl -s -o /dev/null \"http://127.0.0.1:\$PORT_1/v2/\"
+  }"
+  launch_on_free_ports 1 "_launch_twoway_$kind" || fail "12: start the attacker's registry ($kind)"
+  printf -v "TW_$kind" '%s' "127.0.0.1:$PORT_1/c/$kind:v1"; write_hosts_toml "$HOSTS" "127.0.0.1:$PORT_1"
+done
+TWO_WAYS='means two things'
+grants_before=$(pg grants -n k8s.io 2>&1)
+check_refused "12a: team-c's PullImage of a manifest with \"config\" and \"Config\" is refused" "key \"Config\".*$TWO_WAYS" "" pull_as app-c team-c "$TW_manifest"
+check_refused "12a: so is pullgate pull of it in namespace tw" "key \"Config\".*$TWO_WAYS" "" pg pull -n tw --plain-http "$TW_manifest"
+check_refused "12b: a config with \"rootfs\" and \"RootFS\" (team-a's layer IDs) is refused" "key \"RootFS\".*$TWO_WAYS" "" pull_as app-c team-c "$TW_config"
+check_refused "12b: by pullgate pull too" "key \"RootFS\".*$TWO_WAYS" "" pg pull -n tw --plain-http "$TW_config"
+check_refused "12c: a manifest with \"layer\\u017f\" (Go reads \"layers\") is refused" "$TWO_WAYS" "" pull_as app-c team-c "$TW_fold"
+check_refused "12d: an index naming two manifests for one platform (x86_64 and amd64) is refused" "2 different manifests for platform linux/amd64" "" \
+  pull_as app-c team-c "$TW_index"
+check_refused "12d: by pullgate verify too" "2 different manifests for platform linux/amd64" "" pg verify -n tw --plain-http "$TW_index"
+grants_after=$(pg grants -n k8s.io 2>&1)
+check "12: pullgate grants answers, and nothing was granted ($(wc -l <<<"$grants_after") lines, as before)" \
+  bash -c "[ -n \"\$1\" ] && [ \"\$1\" = \"\$2\" ]" _ "$grants_after" "$grants_before"
+tw_grants=$(pg grants -n tw 2>&1); tw_rc=$?
+check "12: pullgate grants -n tw answers and lists nothing ($tw_grants)" bash -c "[ $tw_rc -eq 0 ] && ! grep -q 'c/' <<<\"\$1\"" _ "$tw_grants"
+tw_images() { local l; l=$(ctr_ -n k8s.io images ls -q) || return 2; ! grep -qE '/c/(manifest|config|fold|index):' <<<"$l"; }
+check "12: containerd's image list answers and holds none of the documents" tw_images
+check_out "12: team-a's image still runs for team-a (no name of it was re-pointed)" "$PRIVMSG" run_in front app-a team-a "$SID_A" a6 "$PRIV"
+check_out "12: and by its image ID" "$PRIVMSG" run_in front app-a team-a "$SID_A" a7 "$PRIV_ID"
 
 if [ "$V" = 2.1 ]; then
   log "5e. image volumes (containerd 2.1): each image a container mounts is decided too"
@@ -271,6 +347,14 @@ if [ "$V" = 2.1 ]; then
     run_in front app-c team-c "$SID_C" c8 "$PUB" "cat /vol/msg" "$(vol "$PRIV")"
   check_out "5e: team-a's public container with the private image as a volume reads it" "$PRIVMSG" \
     run_in front app-a team-a "$SID_A" a3 "$PUB" "cat /vol/msg" "$(vol "$PRIV")"
+  # The rootfs and a volume of one private image, in a new pod: containerd prepares the volume
+  # first; each Prepare takes the admission made for it.
+  run_pod front app-a5 team-a || fail "5e: RunPodSandbox for team-a/app-a5"; SID_A5=$SID
+  check_out "5e: team-a's container whose rootfs and volume are the same private image runs" "rootfs=$PRIVMSG vol=$PRIVMSG" \
+    run_in front app-a5 team-a "$SID_A5" a5 "$PRIV" 'echo rootfs=$(cat /msg) vol=$(cat /vol/msg)' "$(vol "$PRIV")"
+  check_out "5e: the pod's next container reuses the mounted volume (no new Prepare) and runs" "rootfs=$PRIVMSG vol=$PRIVMSG" \
+    run_in front app-a5 team-a "$SID_A5" a5b "$PRIV" 'echo rootfs=$(cat /msg) vol=$(cat /vol/msg)' "$(vol "$PRIV")"
+  front StopPodSandbox "{\"pod_sandbox_id\":\"$SID_A5\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$SID_A5\"}" >/dev/null 2>&1
 fi
 
 log "6. annotations claiming another principal or carrying containerd.io/snapshot.ref"
@@ -305,6 +389,10 @@ check_refused "7: team-a's private container is refused by the snapshotter (no a
 # (containerd 1.6 hands this annotation to the rootfs Prepare as a label.)
 check_refused "7: even when annotated with team-a's principal" "requires a principal" "$PRIVMSG" \
   run_in direct app-a2 team-a "$SID_A2" d2 "$PRIV" "cat /msg" ',"annotations":{"containerd.io/snapshot/pullgate.principal":"team-a"}'
+# The snapshotter's refusal (which reaches the pod through containerd) names no image of another
+# principal's grant: the image by its ID, which names no repository.
+check_refused "7: refused by image ID, the refusal names no repository another pod pulled it from" "requires a principal" "private/app" \
+  run_in direct app-a2 team-a "$SID_A2" d4 "$PRIV_ID"
 check_out "7: a public container runs" "public app" run_in direct app-a2 team-a "$SID_A2" d3 "$PUB"
 # ctr passes labels to the rootfs Prepare as given: in k8s.io no label is a principal.
 check_refused "7: ctr run in k8s.io with the principal label team-a is refused too" "requires a principal" "$PRIVMSG" \
@@ -314,6 +402,20 @@ log "8. public images need no secret"
 run_pod front app-d team-d || fail "RunPodSandbox for team-d/app-d"; SID_D=$SID
 check "8: team-d's PullImage of the public image, no secret" pull_as app-d team-d "$PUB"
 check_out "8: team-d's container runs it" "public app" run_in front app-d team-d "$SID_D" p1 "$PUB"
+
+log "8b. pullgate check shows a namespace none of another's layer IDs"
+out=$(pg check -n outsider "$PRIV" 2>&1); rc=$?
+leaked=$(tr , '\n' <<<"$claims" | while read -r l; do grep -qF "${l#sha256:}" <<<"$out" && echo "$l"; done)
+check "8b: pullgate check -n outsider says denied ($out), naming none of team-a's layer IDs (${leaked:-none})" \
+  bash -c '[ "$1" -ne 2 ] && grep -q "^denied" <<<"$2" && [ -z "$3" ] && [ -n "$4" ]' _ "$rc" "$out" "$leaked" "$claims"
+
+log "13. a PullImage naming no pod (crictl pull --creds) is the node's"
+check "13: PullImage with carol's secret and no sandbox config" \
+  front PullImage "{\"image\":{\"image\":\"$PRIV\"},\"auth\":{\"username\":\"carol\",\"password\":\"$PW_CAROL\"}}"
+check_out "13: the grant is the node's (@node), no pod's" "@node" pg grants -n k8s.io
+run_pod front app-n team-n || fail "13: RunPodSandbox for team-n/app-n"; SID_N=$SID
+check_refused "13: team-n's pod (no secret of its own) is refused the image the node pulled" "$REFUSED team-n/app-n" "$PRIVMSG" \
+  run_in front app-n team-n "$SID_N" n1 "$PRIV"
 
 log "1b. streams and container calls pass through"
 mapfile -t pa < <(podargs app-a team-a)
@@ -347,7 +449,7 @@ check_refused "9: team-b2 (no secret) is still refused" "$REFUSED team-b2/app-b2
 check_out "9: team-a's running container kept running through the restart" '"state":1' front ContainerStatus "{\"container_id\":\"$LONG\"}"
 
 log "10. pods stop and go"
-for s in "$SID_A" "$SID_A2" "$SID_B" "$SID_C" "$SID_C2" "$SID_C3" "$SID_D" "$SID_E"; do
+for s in "$SID_A" "$SID_A2" "$SID_B" "$SID_C" "$SID_C2" "$SID_C3" "$SID_D" "$SID_E" "$SID_N"; do
   front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1 && front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1 || fail "stop and remove pod $s"
 done
 left=$(front ListPodSandbox | python3 -c 'import json,sys; print(len([p for p in (json.load(sys.stdin).get("items") or []) if p["metadata"]["namespace"] != "team-b2"]))')
@@ -367,6 +469,18 @@ check_out "11: web-1 runs the image" "$PRIVMSG" run_in front web-1 team-p "$SID_
 check_refused "11: web-2, in the same namespace but without its own pull, is refused" "$REFUSED team-p/web-2 \(principal \"team-p/web-2\"\)" "$PRIVMSG" \
   run_in front web-2 team-p "$SID_P2" p2 "$PRIV"
 for s in "$SID_P1" "$SID_P2"; do front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; done
+log "13b. require_principal turned off for k8s.io: the node's pull still lets no pod run the image"
+printf '\n[namespaces."k8s.io"]\nrequire_principal = false\n' >> "$PG/config.toml"
+kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
+start_pullgate "$PG" || exit 1
+wait_for 30 front Version || fail "13b: the front serves again"
+wait_backend
+check "13b: PullImage with carol's secret and no sandbox config, again" \
+  front PullImage "{\"image\":{\"image\":\"$PRIV\"},\"auth\":{\"username\":\"carol\",\"password\":\"$PW_CAROL\"}}"
+run_pod front app-n2 team-n2 || fail "13b: RunPodSandbox for team-n2/app-n2"; SID_N2=$SID
+check_refused "13b: team-n2's pod is refused the image the node pulled" "$REFUSED team-n2/app-n2" "$PRIVMSG" \
+  run_in front app-n2 team-n2 "$SID_N2" n2 "$PRIV"
+for s in "$SID_N2"; do front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; done
 check "no secret reached pullgate's log or database" bash -c "! grep -rqF -e '$PW_ALICE' -e '$PW_CAROL' '$PG/log' '$PG/root/metadata.redb'"
 
 summary "e2e cri (containerd $V)"

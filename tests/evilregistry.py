@@ -5,6 +5,9 @@ Mode "serve" (default): serves one manifest (given as a file) under
 /v2/<repo>/manifests/<tag or its digest>, answers /v2/ with 200, and 404 for every blob: the
 manifest names blobs (another tenant's private config and layers) it cannot serve.
 
+With --blobs DIR (an OCI layout's blobs/sha256), "serve" also serves every blob found there
+(GET and HEAD): an attacker's registry holding its own image, whose manifest is crafted.
+
 Mode "vouch": like "serve", but answers HEAD of any blob with 200 (as if it held it; the
 Content-Length is the size the manifest gives the blob, else 0) while a GET of a blob is still
 404: a registry that vouches for blobs it cannot serve. Every request is logged, as in "serve";
@@ -37,10 +40,16 @@ def main():
     ap.add_argument("--log", required=True)
     ap.add_argument("--mode", choices=MODES, default="serve")
     ap.add_argument("--away-port", type=int)
+    ap.add_argument("--blobs")
     a = ap.parse_args()
     body = open(a.manifest, "rb").read()
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
     logf = open(a.log, "a", buffering=1)
+    # Served as the media type the document names (an index as an index), else as a manifest.
+    try:
+        own_type = json.loads(body).get("mediaType") or "application/vnd.oci.image.manifest.v1+json"
+    except (ValueError, AttributeError):
+        own_type = "application/vnd.oci.image.manifest.v1+json"
     sizes = {}
     if a.mode == "vouch":
         try:
@@ -114,7 +123,7 @@ def main():
                 return
             if self.path in (f"/v2/{a.repo}/manifests/{a.tag}", f"/v2/{a.repo}/manifests/{digest}"):
                 self.send_response(200)
-                self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+                self.send_header("Content-Type", own_type)
                 self.send_header("Docker-Content-Digest", digest)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -122,6 +131,13 @@ def main():
                     self.wfile.write(body)
                 return
             blob = self.path.rsplit("/blobs/", 1)
+            if a.blobs and len(blob) == 2 and self.path.startswith(f"/v2/{a.repo}/blobs/sha256:"):
+                hexd = blob[1][len("sha256:"):]
+                path = f"{a.blobs}/{hexd}"
+                if len(hexd) == 64 and all(c in "0123456789abcdef" for c in hexd) and __import__("os").path.exists(path):
+                    data = open(path, "rb").read()
+                    self.reply(200, [("Content-Type", "application/octet-stream"), ("Docker-Content-Digest", blob[1])], data, send_body)
+                    return
             if a.mode == "vouch" and not send_body and len(blob) == 2 and self.path.startswith(f"/v2/{a.repo}/blobs/"):
                 self.send_response(200)
                 self.send_header("Content-Type", "application/octet-stream")
