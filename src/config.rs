@@ -47,6 +47,9 @@ impl MetricsConfig {
     }
 }
 
+/// The containerd namespace of every pod (CRI's).
+pub const CRI_NAMESPACE: &str = "k8s.io";
+
 /// Whose grant a pod's pull records, and whose grant its containers need.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
@@ -160,7 +163,7 @@ impl Config {
         let mut out: std::collections::HashSet<String> =
             self.namespaces.iter().filter(|(_, n)| n.require_principal == Some(true)).map(|(k, _)| k.clone()).collect();
         if self.cri.enable && !self.cri_principal_turned_off() {
-            out.insert(crate::cri::CRI_NAMESPACE.to_string());
+            out.insert(CRI_NAMESPACE.to_string());
         }
         out
     }
@@ -168,7 +171,7 @@ impl Config {
     /// Whether the CRI front is enabled and the operator turned `require_principal` off for
     /// `k8s.io` explicitly (`pullgate doctor` warns about it).
     pub fn cri_principal_turned_off(&self) -> bool {
-        self.cri.enable && self.namespaces.get(crate::cri::CRI_NAMESPACE).is_some_and(|n| n.require_principal == Some(false))
+        self.cri.enable && self.namespaces.get(CRI_NAMESPACE).is_some_and(|n| n.require_principal == Some(false))
     }
 }
 

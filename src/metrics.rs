@@ -3,13 +3,13 @@
 //! the end of what they count), the gauges computed at scrape time from the metadata database,
 //! and the `[metrics] address` endpoint (`GET /metrics`, OpenMetrics text, over hyper).
 //!
+//! A leaf: it imports nothing of pullgate. Each error names its own outcome class
+//! (`SnapshotterError::gated`, `PullError::outcome`), and the database gauges come from a
+//! [`GaugeSource`] the snapshotter implements.
+//!
 //! Labels take values from small fixed sets only (a verb, allow/deny, a reason class, an op,
 //! a result class, an outcome class, a source): never an image name, a namespace, a user or
 //! anything a request carries, so cardinality is bounded and no secret can reach a label.
-use crate::gate::GateError;
-use crate::pull::PullError;
-use crate::registry::RegistryError;
-use crate::snapshotter::{Kind, Snapshotter, SnapshotterError};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -140,49 +140,41 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     Metrics { registry, ..m }
 });
 
-/// One decision of the gate: Ok (or AlreadyExists, answered only after the gate allowed) is an
-/// allow; a gate refusal a deny with its reason class. Other errors were not the gate's.
-pub fn record_gate<T>(verb: Verb, out: &Result<T, SnapshotterError>) {
-    let (result, reason) = match out {
-        Ok(_) | Err(SnapshotterError::AlreadyExists(_)) => (Decision::allow, "none"),
-        Err(SnapshotterError::Gate(GateError::Denied(d))) => (Decision::deny, d.kind.as_str()),
-        Err(SnapshotterError::Gate(GateError::Ledger(_))) => (Decision::deny, "ledger_error"),
-        Err(_) => return,
+/// What a request meant to the gate: a decision (an allow, or a deny with its reason class),
+/// or an error that was not the gate's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gated {
+    Allowed,
+    Denied(&'static str),
+    NotDecided,
+}
+
+/// One decision of the gate.
+pub fn record_gate(verb: Verb, gated: Gated) {
+    let (result, reason) = match gated {
+        Gated::Allowed => (Decision::allow, "none"),
+        Gated::Denied(reason) => (Decision::deny, reason),
+        Gated::NotDecided => return,
     };
     METRICS.gate.get_or_create(&GateLabels { verb, result, reason }).inc();
 }
 
 /// A Snapshots-service call: the gate's decision when `op` is one the gate decides (Prepare,
 /// View, Mounts).
-pub fn record_snapshot_call<T>(op: &str, out: &Result<T, SnapshotterError>) {
+pub fn record_snapshot_call(op: &str, gated: Gated) {
     let verb = match op {
         "prepare" => Verb::prepare,
         "view" => Verb::view,
         "mounts" => Verb::mounts,
         _ => return,
     };
-    record_gate(verb, out);
+    record_gate(verb, gated);
 }
 
-/// The result class of a pull or verify.
-fn pull_result<T>(out: &Result<T, PullError>) -> &'static str {
-    match out {
-        Ok(_) => "ok",
-        Err(PullError::Registry(r)) => match r {
-            RegistryError::BadCredential { .. } | RegistryError::AuthRequired { .. } => "unauthenticated",
-            RegistryError::NoAccess { .. } => "denied",
-            RegistryError::NotFound { .. } => "not_found",
-            RegistryError::Unavailable { .. } => "unavailable",
-            _ => "error",
-        },
-        Err(PullError::Rule(_) | PullError::ForgedLayer { .. }) => "denied",
-        Err(_) => "error",
-    }
-}
-
-/// A finished pull or verify (`op`: "pull" or "verify"), started at `since`.
-pub fn record_op<T>(op: &'static str, since: Instant, out: &Result<T, PullError>) {
-    METRICS.ops.get_or_create(&OpLabels { op, result: pull_result(out) }).observe(since.elapsed().as_secs_f64());
+/// A finished pull or verify (`op`: "pull" or "verify"), started at `since`, with its result
+/// class ("ok", "unauthenticated", "denied", "not_found", "unavailable", "error").
+pub fn record_op(op: &'static str, since: Instant, result: &'static str) {
+    METRICS.ops.get_or_create(&OpLabels { op, result }).observe(since.elapsed().as_secs_f64());
 }
 
 /// One HTTP exchange with a registry (`kind` "registry") or token server ("token"): its status,
@@ -231,12 +223,31 @@ const SCRAPE_CAP: Duration = Duration::from_secs(2);
 /// nothing was committed: a flood of scrapes costs at most one read per write.
 static GAUGES_AT: tokio::sync::Mutex<Option<u64>> = tokio::sync::Mutex::const_new(None);
 
+/// The gauges read from the metadata database.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DatabaseGauges {
+    pub grants: i64,
+    pub active: i64,
+    pub view: i64,
+    pub committed: i64,
+    /// Bytes of the committed snapshots.
+    pub committed_bytes: i64,
+}
+
+/// Where the database gauges come from (the snapshotter's metadata store).
+pub trait GaugeSource: Send + Sync + 'static {
+    /// How many writes the database has committed so far.
+    fn commits(&self) -> u64;
+    /// The gauges, read in one transaction; the error is logged.
+    fn read_gauges(&self) -> Result<DatabaseGauges, String>;
+}
+
 /// Refreshes the gauges computed from the metadata database when it changed since they were
 /// last computed (on the blocking pool, capped).
-async fn refresh(snap: &Arc<Snapshotter>, database: &std::path::Path) {
+async fn refresh<S: GaugeSource>(source: &Arc<S>, database: &std::path::Path) {
     let mut at = GAUGES_AT.lock().await;
-    let now = snap.store().commits();
-    if *at != Some(now) && read_gauges(snap).await {
+    let now = source.commits();
+    if *at != Some(now) && read_gauges(source).await {
         *at = Some(now);
     }
     if let Ok(md) = std::fs::metadata(database) {
@@ -245,34 +256,17 @@ async fn refresh(snap: &Arc<Snapshotter>, database: &std::path::Path) {
 }
 
 /// Computes the database gauges; false when the database could not be read in time.
-async fn read_gauges(snap: &Arc<Snapshotter>) -> bool {
-    let snap = snap.clone();
-    let task = tokio::task::spawn_blocking(move || {
-        snap.store().read(|tx| -> Result<_, crate::metastore::StoreError> {
-            let grants = crate::ledger::grants(tx, None)?.len();
-            let all = tx.all()?;
-            Ok((grants, all))
-        })
-    });
+async fn read_gauges<S: GaugeSource>(source: &Arc<S>) -> bool {
+    let source = source.clone();
+    let task = tokio::task::spawn_blocking(move || source.read_gauges());
     match tokio::time::timeout(SCRAPE_CAP, task).await {
-        Ok(Ok(Ok((grants, all)))) => {
+        Ok(Ok(Ok(g))) => {
             let m = &*METRICS;
-            m.grants.set(grants as i64);
-            let (mut active, mut view, mut committed, mut bytes) = (0i64, 0i64, 0i64, 0i64);
-            for (_, r) in &all {
-                match r.kind {
-                    Kind::Active => active += 1,
-                    Kind::View => view += 1,
-                    Kind::Committed => {
-                        committed += 1;
-                        bytes += r.size.max(0);
-                    }
-                }
-            }
-            for (kind, n) in [("active", active), ("view", view), ("committed", committed)] {
+            m.grants.set(g.grants);
+            for (kind, n) in [("active", g.active), ("view", g.view), ("committed", g.committed)] {
                 m.snapshots.get_or_create(&KindLabels { kind }).set(n);
             }
-            m.snapshot_bytes.set(bytes);
+            m.snapshot_bytes.set(g.committed_bytes);
             true
         }
         other => {
@@ -301,7 +295,7 @@ pub async fn bind(address: SocketAddr) -> Result<tokio::net::TcpListener, Metric
 }
 
 /// Serves `GET /metrics` on `listener` until `stop` resolves; one HTTP/1 connection per task.
-pub async fn serve(listener: tokio::net::TcpListener, snap: Arc<Snapshotter>, root: PathBuf, stop: impl std::future::Future<Output = ()>) {
+pub async fn serve<S: GaugeSource>(listener: tokio::net::TcpListener, snap: Arc<S>, root: PathBuf, stop: impl std::future::Future<Output = ()>) {
     use http_body_util::Full;
     use hyper::{body::Bytes, Method, Response, StatusCode};
     let database = Arc::new(root.join("metadata.redb"));
@@ -355,8 +349,8 @@ mod tests {
         record_request("token", None);
         record_downloaded(10);
         record_adopted(5);
-        record_op::<()>("verify", Instant::now(), &Ok(()));
-        record_gate::<()>(Verb::prepare, &Ok(()));
+        record_op("verify", Instant::now(), "ok");
+        record_gate(Verb::prepare, Gated::Allowed);
         let text = encode();
         for want in [
             "pullgate_registry_requests_total{kind=\"registry\",outcome=\"success\"} 1",
@@ -375,7 +369,7 @@ mod tests {
     #[test]
     fn errors_outside_the_gate_are_not_decisions() {
         let before = encode().matches("verb=\"view\"").count();
-        record_gate::<()>(Verb::view, &Err(SnapshotterError::NotFound("k".into())));
+        record_gate(Verb::view, Gated::NotDecided);
         assert_eq!(encode().matches("verb=\"view\"").count(), before);
     }
 }

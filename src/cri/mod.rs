@@ -32,8 +32,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status, Streaming};
 use wire::RawCodec;
 
-/// The containerd namespace of every pod.
-pub const CRI_NAMESPACE: &str = "k8s.io";
+pub use crate::config::CRI_NAMESPACE;
 /// The principal of a PullImage that names no pod (no `sandbox_config`, as `crictl pull`
 /// sends): the node's own pull. Its grant lets the node unpack the image and no pod run it,
 /// whatever `require_principal` says: `@` is in no Kubernetes namespace or pod name, so no
@@ -346,7 +345,7 @@ impl Front {
         let decided = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &diff_ids))
             .await
             .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?;
-        crate::metrics::record_gate(crate::metrics::Verb::create_container, &decided);
+        crate::metrics::record_gate(crate::metrics::Verb::create_container, crate::snapshotter::gated(&decided));
         let chain = decided.map_err(|e| refusal(e, pod_name, &shown, principal))?;
         tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted");
         Ok(chain)

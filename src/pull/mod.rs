@@ -47,6 +47,22 @@ pub enum PullError {
 
 type Result<T> = std::result::Result<T, PullError>;
 
+impl PullError {
+    /// The result class of a failed pull or verify (a metrics label).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            PullError::Registry(r) => r.outcome(),
+            PullError::Rule(_) | PullError::ForgedLayer { .. } => "denied",
+            _ => "error",
+        }
+    }
+}
+
+/// The result class of a pull or verify (a metrics label).
+fn outcome<T>(out: &Result<T>) -> &'static str {
+    out.as_ref().err().map_or("ok", PullError::outcome)
+}
+
 #[derive(Debug, Clone)]
 pub struct Request {
     pub reference: Reference,
@@ -132,13 +148,13 @@ struct Blob {
 impl Puller {
     pub async fn verify(&self, req: &Request) -> Result<Outcome> {
         let (since, out) = (std::time::Instant::now(), self.run(req, false).await);
-        crate::metrics::record_op("verify", since, &out);
+        crate::metrics::record_op("verify", since, outcome(&out));
         out
     }
 
     pub async fn pull(&self, req: &Request) -> Result<Outcome> {
         let (since, out) = (std::time::Instant::now(), self.run(req, true).await);
-        crate::metrics::record_op("pull", since, &out);
+        crate::metrics::record_op("pull", since, outcome(&out));
         out
     }
 

@@ -51,6 +51,19 @@ pub enum RegistryError {
 
 type Result<T> = std::result::Result<T, RegistryError>;
 
+impl RegistryError {
+    /// The result class of a pull or verify that failed so (a metrics label).
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            RegistryError::BadCredential { .. } | RegistryError::AuthRequired { .. } => "unauthenticated",
+            RegistryError::NoAccess { .. } => "denied",
+            RegistryError::NotFound { .. } => "not_found",
+            RegistryError::Unavailable { .. } => "unavailable",
+            _ => "error",
+        }
+    }
+}
+
 /// Bytes fetched by digest: a manifest or index.
 #[derive(Debug, Clone)]
 pub struct Fetched {

@@ -55,6 +55,43 @@ pub enum SnapshotterError {
 
 type Result<T> = std::result::Result<T, SnapshotterError>;
 
+/// What a request's result meant to the gate (a metrics outcome): Ok, or AlreadyExists
+/// (answered only after the gate allowed), is an allow; a gate refusal a deny with its reason
+/// class; other errors were not the gate's.
+pub fn gated<T>(out: &Result<T>) -> crate::metrics::Gated {
+    use crate::metrics::Gated;
+    match out {
+        Ok(_) | Err(SnapshotterError::AlreadyExists(_)) => Gated::Allowed,
+        Err(SnapshotterError::Gate(GateError::Denied(d))) => Gated::Denied(d.kind.as_str()),
+        Err(SnapshotterError::Gate(GateError::Ledger(_))) => Gated::Denied("ledger_error"),
+        Err(_) => Gated::NotDecided,
+    }
+}
+
+impl crate::metrics::GaugeSource for Snapshotter {
+    fn commits(&self) -> u64 {
+        self.store.commits()
+    }
+
+    fn read_gauges(&self) -> std::result::Result<crate::metrics::DatabaseGauges, String> {
+        let read = self.store.read(|tx| -> std::result::Result<_, StoreError> {
+            let mut g = crate::metrics::DatabaseGauges { grants: crate::ledger::grants(tx, None)?.len() as i64, ..Default::default() };
+            for (_, r) in tx.all()? {
+                match r.kind {
+                    Kind::Active => g.active += 1,
+                    Kind::View => g.view += 1,
+                    Kind::Committed => {
+                        g.committed += 1;
+                        g.committed_bytes += r.size.max(0);
+                    }
+                }
+            }
+            Ok(g)
+        });
+        read.map_err(|e| e.to_string())
+    }
+}
+
 /// What Stat, Update and Walk report about a snapshot.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Info {

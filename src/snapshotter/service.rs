@@ -50,7 +50,7 @@ impl Service {
         let out = tokio::task::spawn_blocking(move || f(&snap))
             .await
             .map_err(|e| Status::internal(format!("{op}: worker failed: {e}")))?;
-        crate::metrics::record_snapshot_call(op, &out);
+        crate::metrics::record_snapshot_call(op, super::gated(&out));
         if let Err(e) = &out {
             tracing::debug!(op, error = %e, "request refused");
         }
