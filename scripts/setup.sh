@@ -8,7 +8,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
 APT_OPTS=(-o DPkg::Lock::Timeout=600)
 PKGS=(containerd runc docker-registry apache2-utils skopeo busybox-static protobuf-compiler
-      golang-go golang-github-containerd-containerd-dev jq curl python3 bc python3-jwt python3-cryptography openssl)
+      golang-go golang-github-containerd-containerd-dev containernetworking-plugins jq curl python3 bc python3-jwt python3-cryptography openssl)
 
 if [ "$(id -u)" != 0 ]; then echo "setup.sh: must run as root (containerd and mounts need it)" >&2; exit 1; fi
 
@@ -50,6 +50,21 @@ fetch_containerd trixie
 fetch_containerd sid
 ln -sfn "$DEPS/containerd-trixie" "$DEPS/containerd-1.7"
 ln -sfn "$DEPS/containerd-sid" "$DEPS/containerd-2.1"
+
+# runc 1.2 (bookworm's 1.1.5 cannot run user-namespace pods: "idmap mounts not supported"), built
+# once from its Go module with the machine's Go (1.22 or later; Debian's golang-go is older) and
+# libseccomp, for the CRI tests' user-namespace pods on containerd 2.1.
+RUNC_VERSION=1.2.6
+build_runc() {
+  local dir=$DEPS/runc-$RUNC_VERSION go=/usr/local/go/bin/go
+  [ -x "$dir/runc" ] && return 0
+  [ -x "$go" ] || go=$(command -v go)
+  dpkg -s libseccomp-dev >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" install -y -q libseccomp-dev pkg-config
+  mkdir -p "$dir"
+  GOBIN="$dir" CGO_ENABLED=1 GOFLAGS=-mod=mod "$go" install -trimpath -tags seccomp "github.com/opencontainers/runc@v$RUNC_VERSION"
+  "$dir/runc" --version
+}
+build_runc
 
 # Rust build (release: the daemon under test is the one an operator would run), and the CRI
 # test client (examples/cri.rs; kubelet's part in the Kubernetes tests).

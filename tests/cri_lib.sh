@@ -73,6 +73,12 @@ TOML
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
 
+# runc 1.2 (scripts/setup.sh builds it): user-namespace pods need it.
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+  BinaryName = "$DEPS/runc-1.2.6/runc"
+
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["$WORK/cni/bin"]
   conf_dir = "$WORK/cni/conf"

@@ -56,6 +56,20 @@ PG=$WORK/pg
 pullgate_cri_config "$PG" "$HOSTS"
 # (No [namespaces."k8s.io"] table: with the CRI front on, k8s.io requires a principal by default.)
 start_pullgate "$PG" || exit 1
+if [ "$V" = 2.1 ]; then
+  # CNI for the user-namespace pods of 5g (every other pod is a host-network pod): Debian's
+  # plugins, a point-to-point network of this run's own (name, addresses and IPAM state).
+  mkdir -p "$WORK/cni/bin" "$WORK/cni/conf"
+  for p in ptp host-local loopback; do ln -sf "/usr/lib/cni/$p" "$WORK/cni/bin/$p"; done
+  cat > "$WORK/cni/conf/10-pullgate-test.conflist" <<JSON
+{"cniVersion": "1.0.0", "name": "pg-test-$$", "plugins": [
+  {"type": "ptp", "ipMasq": false, "ipam": {"type": "host-local", "subnet": "10.251.$((RANDOM % 250)).0/24", "dataDir": "$WORK/cni/ipam"}},
+  {"type": "loopback"}]}
+JSON
+  # A user-namespace container's root (host uid 300000) must be able to reach its rootfs mount
+  # point under containerd's state directory, as under /run/containerd (mktemp made $WORK 0700).
+  mkdir -p "$WORK/containerd"; chmod 711 "$WORK" "$WORK/containerd"
+fi
 start_containerd_cri "$V" "$PG/snapshotter.sock" "$PAUSE" "$HOSTS" || exit 1
 check_containerd_version "$V"
 check "pullgate's CRI socket is readable by root only" test "$(stat -c %a "$PG/cri.sock")" = 600
@@ -80,12 +94,12 @@ pull_as() {
   mapfile -t pa < <(podargs "$1" "$2")
   front "${pa[@]}" PullImage "{\"image\":{\"image\":\"$3\"}$auth}"
 }
-# run_in VIA POD NS SID NAME IMAGE [CMD] [EXTRA_CONFIG_JSON]: creates and starts a container,
-# waits for it to exit, prints its log (or the refusal).
+# run_in VIA POD NS SID NAME IMAGE [CMD] [EXTRA_CONFIG_JSON] [EXTRA_REQUEST_JSON]: creates and
+# starts a container, waits for it to exit, prints its log (or the refusal).
 run_in() {
-  local via=$1 pod=$2 ns=$3 sid=$4 name=$5 img=$6 cmd=${7:-cat /msg} extra=${8:-} out cid
+  local via=$1 pod=$2 ns=$3 sid=$4 name=$5 img=$6 cmd=${7:-cat /msg} extra=${8:-} top=${9:-} out cid
   mapfile -t pa < <(podargs "$pod" "$ns")
-  out=$("$via" "${pa[@]}" CreateContainer "{\"pod_sandbox_id\":\"$sid\",\"config\":{\"metadata\":{\"name\":\"$name\"},\"image\":{\"image\":\"$img\"},\"command\":[\"/bin/sh\",\"-c\",\"$cmd\"],\"log_path\":\"$name.log\"$extra}}" 2>&1) \
+  out=$("$via" "${pa[@]}" CreateContainer "{\"pod_sandbox_id\":\"$sid\",\"config\":{\"metadata\":{\"name\":\"$name\"},\"image\":{\"image\":\"$img\"},\"command\":[\"/bin/sh\",\"-c\",\"$cmd\"],\"log_path\":\"$name.log\"$extra}$top}" 2>&1) \
     || { echo "$out"; return 1; }
   cid=$(jget container_id <<<"$out"); CID=$cid
   "$via" StartContainer "{\"container_id\":\"$cid\"}" || return 1
@@ -355,6 +369,28 @@ if [ "$V" = 2.1 ]; then
   check_out "5e: the pod's next container reuses the mounted volume (no new Prepare) and runs" "rootfs=$PRIVMSG vol=$PRIVMSG" \
     run_in front app-a5 team-a "$SID_A5" a5b "$PRIV" 'echo rootfs=$(cat /msg) vol=$(cat /vol/msg)' "$(vol "$PRIV")"
   front StopPodSandbox "{\"pod_sandbox_id\":\"$SID_A5\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$SID_A5\"}" >/dev/null 2>&1
+fi
+
+if [ "$V" = 2.1 ]; then
+  log "5g. user-namespace pods (hostUsers: false; containerd 2.1 with runc 1.2)"
+  # containerd copies the image's chain as <id>-remap (chowned into the pod's range), commits it,
+  # and prepares the container on the copy: decided as the chain, for the pod's principal. (A
+  # user-namespace pod needs a network namespace of its own, so these pods use CNI: see setup.)
+  ns_opts='"namespace_options":{"network":0,"pid":1,"ipc":0,"userns_options":{"mode":0,"uids":[{"host_id":300000,"container_id":0,"length":65536}],"gids":[{"host_id":300000,"container_id":0,"length":65536}]}}'
+  USERNS_POD="{\"config\":{\"linux\":{\"security_context\":{$ns_opts}}}}"
+  USERNS_CTR=",\"linux\":{\"security_context\":{$ns_opts}}"
+  USERNS_SB=",\"sandbox_config\":{\"linux\":{\"security_context\":{$ns_opts}}}"
+  run_pod front app-u team-a "$USERNS_POD" > "$WORK/userns.out" 2>&1 || fail "5g: RunPodSandbox for team-a/app-u (user namespace): $(head -c 600 "$WORK/userns.out")"; SID_U=$SID
+  check_out "5g: team-a's user-namespace container runs the private image" "$PRIVMSG" \
+    run_in front app-u team-a "$SID_U" u1 "$PRIV" "cat /msg" "$USERNS_CTR" "$USERNS_SB"
+  check_out "5g: its process runs as root of its own user namespace, mapped to 300000 on the node" "map= 0 300000 65536" \
+    run_in front app-u team-a "$SID_U" u2 "$PRIV" 'echo map=$(cat /proc/self/uid_map)' "$USERNS_CTR" "$USERNS_SB"
+  run_pod front app-u2 team-c "$USERNS_POD" || fail "5g: RunPodSandbox for team-c/app-u2 (user namespace)"; SID_U2=$SID
+  check_refused "5g: team-c's user-namespace container of team-a's image is refused" "$REFUSED team-c/app-u2" "$PRIVMSG" \
+    run_in front app-u2 team-c "$SID_U2" u3 "$PRIV" "cat /msg" "$USERNS_CTR" "$USERNS_SB"
+  check_out "5g: team-c's user-namespace container of the public image runs" "public app" \
+    run_in front app-u2 team-c "$SID_U2" u4 "$PUB" "cat /msg" "$USERNS_CTR" "$USERNS_SB"
+  for s in "$SID_U" "$SID_U2"; do front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; done
 fi
 
 log "6. annotations claiming another principal or carrying containerd.io/snapshot.ref"
