@@ -169,7 +169,7 @@ fn pull_result<T>(out: &Result<T, PullError>) -> &'static str {
     match out {
         Ok(_) => "ok",
         Err(PullError::Registry(r)) => match r {
-            RegistryError::BadCredential { .. } | RegistryError::AuthRequired { .. } => "unauthenticated",
+            RegistryError::BadCredential { .. } | RegistryError::AuthRequired { .. } | RegistryError::TokenRefused { .. } => "unauthenticated",
             RegistryError::NoAccess { .. } => "denied",
             RegistryError::NotFound { .. } => "not_found",
             RegistryError::Unavailable { .. } => "unavailable",
