@@ -222,7 +222,8 @@ mod tests {
         // The same string as an identity token, a registry token, or a password never collides.
         assert_ne!(k.identity("h", Some(&it("tok-1"))), k.identity("h", Some(&rt("tok-1"))));
         let tag = "pullgate.identity-token";
-        for pw in [Credential::parse(&format!("{tag}:tok-1")).unwrap(), Credential::parse("h:tok-1").unwrap()] {
+        // (`<token>` is the user name credential helpers give identity tokens under.)
+        for pw in [Credential::parse(&format!("{tag}:tok-1")).unwrap(), Credential::parse("h:tok-1").unwrap(), Credential::parse("<token>:tok-1").unwrap()] {
             assert_ne!(k.identity("h", Some(&it("tok-1"))), k.identity(tag, Some(&pw)));
             assert_ne!(k.identity("h", Some(&it("tok-1"))), k.identity("h", Some(&pw)));
         }

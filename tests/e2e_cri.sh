@@ -414,7 +414,7 @@ check "12: team-t1/tok-1 holds a grant ($ID_T1)" test -n "$ID_T1"
 check_out "12: tok-1 runs the image" "$TOKMSG" run_in front tok-1 team-t1 "$SID_T1" t1 "$TPRIV"
 run_pod front tok-2 team-t2 || fail "12: RunPodSandbox team-t2/tok-2"; SID_T2=$SID
 check_refused "12: team-t2's pod, without the token, is refused at CreateContainer" "$REFUSED team-t2/tok-2" "$TOKMSG" run_in front tok-2 team-t2 "$SID_T2" t2 "$TPRIV"
-check_refused "12: and its PullImage without a secret fails as the registry says" "requires credentials" "" pull_as tok-2 team-t2 "$TPRIV"
+check_refused "12: and its PullImage without a secret fails as the registry says (anonymous: no access)" "no access to $REG_t/private/tok" "" pull_as tok-2 team-t2 "$TPRIV"
 run_pod front tok-3 team-t3 || fail "12: RunPodSandbox team-t3/tok-3"
 check "12: team-t3's PullImage with the same identity token" pull_as tok-3 team-t3 "$TPRIV" "{\"identity_token\":\"$IT\"}"
 check "12: two tenants holding one token are one identity ($ID_T1, $(grant_identity team-t3/tok-3))" test "$(grant_identity team-t3/tok-3)" = "$ID_T1"
@@ -439,7 +439,7 @@ check_out "12: team-t9's PullImage with a secret holding only a registry token" 
 check "12: the registry token went to the registry as it is (the token service saw no request)" test "$(grep -c . "$TOKLOG")" = "$n0"
 check "12: its identity is another than the identity token's ($(grant_identity team-t9/tok-9))" test -n "$(grant_identity team-t9/tok-9)" -a "$(grant_identity team-t9/tok-9)" != "$ID_T1"
 check_out "12: tok-9 runs the image" "$TOKMSG" run_in front tok-9 team-t9 "$SID_T9" t9 "$TPRIV"
-token_acl t "acl['access_ttl'] = -5"; RT_EXPIRED=$(registry_token t alice "$PW_ALICE" private/tok); token_acl t "acl.pop('access_ttl')"
+token_acl t "acl['access_ttl'] = -300"; RT_EXPIRED=$(registry_token t alice "$PW_ALICE" private/tok); token_acl t "acl.pop('access_ttl')"
 TOKEN_KIND=registry_token refused_unrecorded "12: an expired registry token" "rejected the registry token \\(invalid_token" "$RT_EXPIRED" tok-10 team-t10
 
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"

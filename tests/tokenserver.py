@@ -7,7 +7,8 @@ ACL.json: {"users": {"name": "password"}, "access": {"name": ["repo/prefix/*", "
            "anonymous": ["public/*"], "push": ["admin"],
            optional: "revoked": [refresh token jti], "refresh_grant": false (refuse the
            refresh-token grant with unsupported_grant_type), "refresh_ttl": seconds (default
-           3600; negative issues expired ones), "access_ttl": seconds (default 300)}
+           3600; negative issues expired ones), "access_ttl": seconds (default 300; the registry
+           allows 60 s of clock skew, so an expired one needs less than -60)}
 The file is read again for every request, so a test changes it while the server runs.
 Answers GET /token (Basic or anonymous) and the OAuth2 password-grant POST /token with
 {"token", "access_token", "expires_in", "issued_at"}: an RS256 JWT whose header kid is the
@@ -117,7 +118,7 @@ def main():
                     access.append({"type": "repository", "name": parts[1], "actions": actions})
             now = int(time.time())
             ttl = int(json.load(open(a.config)).get("access_ttl", 300))
-            claims = {"iss": a.issuer, "sub": user or "", "aud": service, "exp": now + ttl, "nbf": now - 10,
+            claims = {"iss": a.issuer, "sub": user or "", "aud": service, "exp": now + ttl, "nbf": min(now, now + ttl) - 10,
                       "iat": now, "jti": str(uuid.uuid4()), "access": access}
             tok = jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
             if tokf:
