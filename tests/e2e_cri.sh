@@ -406,9 +406,9 @@ refused_unrecorded() {
 IT=$(identity_token t alice "$PW_ALICE")
 check "12: the token server gives alice an identity token (a refresh token, as a token login keeps)" test -n "$IT"
 run_pod front tok-1 team-t1 || fail "12: RunPodSandbox team-t1/tok-1"; SID_T1=$SID
-n0=$(grep -c 'grant=refresh_token user=alice' "$TOKLOG")
+n0=$(grep -c 'user=alice grant=refresh_token' "$TOKLOG")
 check_out "12: team-t1's PullImage with a secret holding only an identity token" '"image_ref":"sha256:' pull_as tok-1 team-t1 "$TPRIV" "{\"identity_token\":\"$IT\"}"
-check "12: pullgate exchanged it at the token service with the refresh-token grant" test "$(grep -c 'grant=refresh_token user=alice' "$TOKLOG")" -gt "$n0"
+check "12: pullgate exchanged it at the token service with the refresh-token grant" test "$(grep -c 'user=alice grant=refresh_token' "$TOKLOG")" -gt "$n0"
 ID_T1=$(grant_identity team-t1/tok-1)
 check "12: team-t1/tok-1 holds a grant ($ID_T1)" test -n "$ID_T1"
 check_out "12: tok-1 runs the image" "$TOKMSG" run_in front tok-1 team-t1 "$SID_T1" t1 "$TPRIV"

@@ -340,7 +340,7 @@ check "DC4: --user alice --password-stdin" test $rc -eq 0 -a "$(ident DC4)" = "$
 # <token>) and on standard input; a registry token on standard input and in config.json. Each
 # tenant's grant names the identity of the token it presented; a revoked token records nothing.
 TOKLOG=$WORK/registry-t/token.log
-refreshes() { grep -c 'grant=refresh_token user=alice' "$TOKLOG"; }
+refreshes() { grep -c 'user=alice grant=refresh_token' "$TOKLOG"; }
 IT=$(identity_token t alice "$PW_ALICE")
 check "DT: the token server gives alice an identity token (a refresh token)" test -n "$IT"
 check "DT0: pullgate verify --user alice at the token registry (a password identity to compare with)" pg verify -n DT0 --plain-http --user "alice:$PW_ALICE" "$TPRIV"
@@ -354,7 +354,7 @@ check "DT1: its identity is not alice's password identity ($ID_IT, $(ident DT0))
 check "DT1: the output carries no token" not grep -qF "$IT" <<<"$out"
 check_out "DT1: pod1 runs the image" "$LEAK" run_img DT1 dt1 --snapshotter-label "$PL=pod1" "$TPRIV"
 check_refused "DT1: pod2, which presented no token, is refused" "$DENIED \"DT1\" \\(principal \"pod2\"\\)" "$LEAK" run_img DT1 dt2 --snapshotter-label "$PL=pod2" "$TPRIV"
-check_out "DT1: another namespace without the token is denied" "denied" pg check -n DT9 "$TPRIV"
+check_refused_rc 3 "DT1: another namespace without the token is denied" "^denied: $DENIED \"DT9\"" "" pg check -n DT9 "$TPRIV"
 cat > "$WORK/bin/docker-credential-pgtok" <<SH
 #!/bin/sh
 # A credential helper answering for a token login: user name <token>, the identity token.

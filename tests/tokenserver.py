@@ -128,7 +128,7 @@ def main():
             if refresh:
                 body["refresh_token"] = refresh
             grant = f" grant={self.grant}" if self.command == "POST" else ""
-            logf.write(f"{self.command} /token{grant} user={user or '-'} scopes={' '.join(scopes)} granted={json.dumps(access)} "
+            logf.write(f"{self.command} /token user={user or '-'}{grant} scopes={' '.join(scopes)} granted={json.dumps(access)} "
                        f"bytes={len(json.dumps(body))}\n")
             self.reply(200, body)
 
