@@ -665,6 +665,10 @@ check "the token server recorded the tokens it issued ($ntok)" test "$ntok" -gt 
 leak=$(grep -rlaF -D skip -f "$PATS" "$PG" "$WORK/containerd" 2>/dev/null | head -5)
 check "none of them in any file under pullgate's root, its config or log, or containerd's root, state or log (found in: ${leak:-none})" test -z "$leak"
 check "none of them in A's content labels" not grep -qF -f "$PATS" <<<"$(ctr_ -n A content ls)"
+for ns in DT1 DT6; do   # pulled with an identity token, verified with a registry token
+  check "none of them in $ns's content, image or snapshot labels" bash -c "[ -n \"\$1\" ] && ! grep -qF -f '$PATS' <<<\"\$1\"" _ \
+    "$(ctr_ -n $ns content ls; ctr_ -n $ns images ls; for k in $(ctr_ -n $ns snapshots --snapshotter pullgate ls | awk 'NR > 1 {print $1}'); do ctr_ -n $ns snapshots --snapshotter pullgate info "$k"; done)"
+done
 check "the API socket is 0600" test "$(stat -c %a "$PG/api.sock")" = 600
 check "the identity key is 0600" test "$(stat -c %a "$PG/root/identity.key")" = 600
 
