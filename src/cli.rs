@@ -654,6 +654,17 @@ mod tests {
         // ctr's habit: the address before the subcommand.
         let c = Cli::try_parse_from(["pullgate", "-a", "/t", "grants", "-n", "x"]).unwrap();
         assert_eq!(c.address, PathBuf::from("/t"));
+        // One credential: a token from standard input excludes --user and the other token.
+        for ok in [["pullgate", "pull", "--identity-token-stdin", "reg.io/a"], ["pullgate", "verify", "--registry-token-stdin", "reg.io/a"]] {
+            assert!(Cli::try_parse_from(ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            vec!["pullgate", "pull", "--identity-token-stdin", "--user", "u:p", "reg.io/a"],
+            vec!["pullgate", "pull", "--registry-token-stdin", "--user", "u", "reg.io/a"],
+            vec!["pullgate", "verify", "--identity-token-stdin", "--registry-token-stdin", "reg.io/a"],
+        ] {
+            assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?}");
+        }
         for args in [
             vec!["pullgate", "verify", "reg.io/a"],
             vec!["pullgate", "check", "-n", "x", "--principal", "p", "reg.io/a"],
