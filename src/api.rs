@@ -7,7 +7,7 @@ pub mod proto {
     tonic::include_proto!("pullgate.v1");
 }
 
-use crate::credential::{short, Credential, CredentialError, Secret};
+use crate::credential::{short, Credential, CredentialError, Secret, TokenForm};
 use crate::gate::{ChainInfo, Gate, GateError, Subject};
 use crate::ledger;
 use crate::metastore::StoreError;
@@ -43,7 +43,8 @@ impl From<ApiError> for Status {
             ApiError::Ledger(_) => Code::Internal,
             ApiError::Pull(p) => match p {
                 PullError::Registry(r) => match r {
-                    RegistryError::BadCredential { .. } | RegistryError::AuthRequired { .. } => Code::Unauthenticated,
+                    RegistryError::BadCredential { .. } | RegistryError::AuthRequired { .. } | RegistryError::TokenRefused { .. } => Code::Unauthenticated,
+                    RegistryError::UnusableCredential { .. } => Code::FailedPrecondition,
                     RegistryError::NoAccess { .. } => Code::PermissionDenied,
                     RegistryError::NotFound { .. } => Code::NotFound,
                     RegistryError::Unavailable { .. } => Code::Unavailable,
@@ -104,11 +105,15 @@ impl Api {
         validate_name("namespace", &r.namespace, false)?;
         validate_principal(&r.principal)?;
         let reference = Reference::parse(&r.reference)?;
-        let cred = if r.user.is_empty() {
-            None
-        } else {
-            let c = Credential::parse(&format!("{}:x", r.user))?;
-            Some(Credential { user: c.user, secret: Secret::new(r.password) })
+        let cred = match (r.user.is_empty(), r.identity_token.is_empty(), r.registry_token.is_empty()) {
+            (true, true, true) => None,
+            (false, true, true) => match Credential::parse(&format!("{}:x", r.user))? {
+                Credential::Password { user, .. } => Some(Credential::Password { user, secret: Secret::new(r.password) }),
+                _ => return Err(ApiError::Invalid("a user name makes a password credential".into())),
+            },
+            (true, false, true) => Some(Credential::token(TokenForm::Identity, r.identity_token)?),
+            (true, true, false) => Some(Credential::token(TokenForm::Registry, r.registry_token)?),
+            _ => return Err(ApiError::Invalid("give one credential: a user, an identity token or a registry token".into())),
         };
         let platform = if r.platform.is_empty() { crate::registry::host_platform() } else { r.platform };
         crate::registry::parse_platform(&platform).map_err(ApiError::Invalid)?;
@@ -457,7 +462,9 @@ mod tests {
     fn error_codes() {
         let reg = |e: RegistryError| Status::from(ApiError::Pull(PullError::Registry(e))).code();
         let h = || "h".to_string();
-        assert_eq!(reg(RegistryError::BadCredential { host: h(), user: "u".into() }), Code::Unauthenticated);
+        assert_eq!(reg(RegistryError::BadCredential { host: h(), credential: "u".into() }), Code::Unauthenticated);
+        assert_eq!(reg(RegistryError::TokenRefused { host: h(), reason: "r".into() }), Code::Unauthenticated);
+        assert_eq!(reg(RegistryError::UnusableCredential { host: h(), credential: "c".into(), reason: "r".into() }), Code::FailedPrecondition);
         assert_eq!(reg(RegistryError::AuthRequired { host: h(), repo: h() }), Code::Unauthenticated);
         assert_eq!(reg(RegistryError::NoAccess { host: h(), repo: h() }), Code::PermissionDenied);
         assert_eq!(reg(RegistryError::NotFound { host: h(), repo: h(), what: h() }), Code::NotFound);

@@ -4,6 +4,7 @@
 //! doctor; every client command takes `--address` and `-n` (default `default`), as ctr does.
 use crate::api::proto::{self, pullgate_client::PullgateClient};
 use crate::config::Config;
+use crate::credential::Credential;
 use clap::{Args, Parser, Subcommand};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -63,6 +64,14 @@ pub struct RegistryArgs {
     /// Read the password of --user USER from standard input.
     #[arg(long, requires = "user")]
     pub password_stdin: bool,
+    /// Read an identity token (the OAuth2 refresh token a token login gives, docker's
+    /// `identitytoken`) from standard input, instead of --user.
+    #[arg(long, conflicts_with_all = ["user", "registry_token_stdin"])]
+    pub identity_token_stdin: bool,
+    /// Read a registry token (a bearer token, sent to the registry as it is) from standard
+    /// input, instead of --user.
+    #[arg(long, conflicts_with = "user")]
+    pub registry_token_stdin: bool,
     /// Talk to the registry over plain http.
     #[arg(long)]
     pub plain_http: bool,
@@ -240,19 +249,38 @@ async fn client(address: &std::path::Path) -> Result<PullgateClient<tonic::trans
     }
 }
 
+/// The credential of a pull or verify, as the request carries it.
+#[derive(Default)]
+struct RequestCredential {
+    user: String,
+    password: String,
+    identity_token: String,
+    registry_token: String,
+}
+
 /// The credential of a pull or verify: `--user` (the password from it, standard input or a
-/// prompt), else what docker keeps for the reference's registry, else none.
-fn credentials(r: &RegistryArgs, reference: &str) -> Result<(String, String), i32> {
-    let Some(u) = r.user.clone() else {
-        let host = crate::reference::Reference::parse(reference).map_err(usage)?.host;
-        return match crate::dockerconfig::lookup(&host).map_err(usage)? {
-            Some(c) => Ok((c.user.clone(), c.secret.expose().to_string())),
-            None => Ok((String::new(), String::new())),
-        };
-    };
+/// prompt), a token from standard input, else what docker keeps for the reference's registry,
+/// else none.
+fn credentials(r: &RegistryArgs, reference: &str) -> Result<RequestCredential, i32> {
     let read_line = || {
         let mut line = String::new();
         std::io::stdin().read_line(&mut line).map(|_| line.trim_end_matches(['\n', '\r']).to_string())
+    };
+    let read_token = || read_line().map_err(|e| usage(format!("cannot read the token: {e}")));
+    if r.identity_token_stdin {
+        return Ok(RequestCredential { identity_token: read_token()?, ..Default::default() });
+    }
+    if r.registry_token_stdin {
+        return Ok(RequestCredential { registry_token: read_token()?, ..Default::default() });
+    }
+    let Some(u) = r.user.clone() else {
+        let host = crate::reference::Reference::parse(reference).map_err(usage)?.host;
+        return Ok(match crate::dockerconfig::lookup(&host).map_err(usage)? {
+            Some(Credential::Password { user, secret }) => RequestCredential { user, password: secret.expose().into(), ..Default::default() },
+            Some(Credential::IdentityToken(t)) => RequestCredential { identity_token: t.expose().into(), ..Default::default() },
+            Some(Credential::RegistryToken(t)) => RequestCredential { registry_token: t.expose().into(), ..Default::default() },
+            None => RequestCredential::default(),
+        });
     };
     let pw = if r.password_stdin {
         if u.contains(':') {
@@ -260,13 +288,13 @@ fn credentials(r: &RegistryArgs, reference: &str) -> Result<(String, String), i3
         }
         read_line()
     } else if let Some((user, pw)) = u.split_once(':') {
-        return Ok((user.to_string(), pw.to_string()));
+        return Ok(RequestCredential { user: user.to_string(), password: pw.to_string(), ..Default::default() });
     } else if std::io::stdin().is_terminal() {
         rpassword::prompt_password("Password: ")
     } else {
         read_line()
     };
-    pw.map(|p| (u, p)).map_err(|e| usage(format!("cannot read the password: {e}")))
+    pw.map(|password| RequestCredential { user: u, password, ..Default::default() }).map_err(|e| usage(format!("cannot read the password: {e}")))
 }
 
 /// The server a `--hosts-dir` names for the reference's registry, read here, in the caller's
@@ -282,13 +310,15 @@ fn request_server(hosts_dir: Option<&std::path::Path>, reference: &str) -> Resul
 
 fn pull_request(t: &Target, r: &RegistryArgs, reference: String) -> Result<proto::PullRequest, i32> {
     let server = request_server(r.hosts_dir.as_deref(), &reference)?;
-    let (user, password) = credentials(r, &reference)?;
+    let RequestCredential { user, password, identity_token, registry_token } = credentials(r, &reference)?;
     Ok(proto::PullRequest {
         reference,
         namespace: t.namespace.clone(),
         principal: r.principal.clone(),
         user,
         password,
+        identity_token,
+        registry_token,
         plain_http: r.plain_http,
         hosts_dir: String::new(),
         platform: r.platform.clone(),
@@ -624,6 +654,17 @@ mod tests {
         // ctr's habit: the address before the subcommand.
         let c = Cli::try_parse_from(["pullgate", "-a", "/t", "grants", "-n", "x"]).unwrap();
         assert_eq!(c.address, PathBuf::from("/t"));
+        // One credential: a token from standard input excludes --user and the other token.
+        for ok in [["pullgate", "pull", "--identity-token-stdin", "reg.io/a"], ["pullgate", "verify", "--registry-token-stdin", "reg.io/a"]] {
+            assert!(Cli::try_parse_from(ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            vec!["pullgate", "pull", "--identity-token-stdin", "--user", "u:p", "reg.io/a"],
+            vec!["pullgate", "pull", "--registry-token-stdin", "--user", "u", "reg.io/a"],
+            vec!["pullgate", "verify", "--identity-token-stdin", "--registry-token-stdin", "reg.io/a"],
+        ] {
+            assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?}");
+        }
         for args in [
             vec!["pullgate", "verify", "reg.io/a"],
             vec!["pullgate", "check", "-n", "x", "--principal", "p", "reg.io/a"],

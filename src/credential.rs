@@ -1,6 +1,7 @@
 //! credential: registry credentials and the credential identities the ledger stores instead of
 //! them. An identity is HMAC-SHA256 under a node-local key (`<root>/identity.key`, 32 random
-//! bytes, created 0600 on first start) over host, user and secret; the raw secret is never
+//! bytes, created 0600 on first start) over host, user and secret, or over the form and the
+//! token for identity and registry tokens; the raw secret is never
 //! stored, logged, labelled or put in an error. `Secret` cannot be printed.
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -33,24 +34,79 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// A registry credential, in each form registries and Kubernetes hand over.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Credential {
-    pub user: String,
-    pub secret: Secret,
+pub enum Credential {
+    /// A user name and password (docker's `auth`, `--user`, a pull secret's username/password):
+    /// Basic, or the token service's OAuth2 password grant.
+    Password { user: String, secret: Secret },
+    /// An identity token (docker config.json `identitytoken`, a credential helper's user
+    /// `<token>`, CRI `identity_token`): the OAuth2 refresh token of the registry's token
+    /// service, exchanged with the refresh-token grant.
+    IdentityToken(Secret),
+    /// A registry token (CRI `registry_token`, config.json `registrytoken`): a bearer token
+    /// sent to the registry as it is.
+    RegistryToken(Secret),
 }
 
 impl fmt::Debug for Credential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Exhaustive destructuring: a new field must be considered here before it can be printed.
-        let Credential { user, secret: _ } = self;
-        f.debug_struct("Credential").field("user", user).field("secret", &"<redacted>").finish()
+        // Exhaustive matching: a new form must be considered here before it can be printed.
+        match self {
+            Credential::Password { user, secret: _ } => f.debug_struct("Password").field("user", user).field("secret", &"<redacted>").finish(),
+            Credential::IdentityToken(_) => f.write_str("IdentityToken(<redacted>)"),
+            Credential::RegistryToken(_) => f.write_str("RegistryToken(<redacted>)"),
+        }
     }
+}
+
+impl Credential {
+    /// The credential as messages name it, never quoting a secret: `the credentials of user
+    /// "alice"`, `the identity token`, `the registry token`.
+    pub fn describe(&self) -> String {
+        match self {
+            Credential::Password { user, .. } => format!("the credentials of user {user:?}"),
+            Credential::IdentityToken(_) => "the identity token".into(),
+            Credential::RegistryToken(_) => "the registry token".into(),
+        }
+    }
+
+    /// The secret the registry or its token service is shown.
+    pub fn secret(&self) -> &Secret {
+        match self {
+            Credential::Password { secret, .. } | Credential::IdentityToken(secret) | Credential::RegistryToken(secret) => secret,
+        }
+    }
+
+    /// A token of `form` (an identity or registry token), checked as docker and CRI carry one:
+    /// not empty, no whitespace or control characters (it goes into a form field or a header).
+    pub fn token(form: TokenForm, token: String) -> Result<Credential, CredentialError> {
+        if token.is_empty() {
+            return Err(CredentialError::InvalidToken("it is empty"));
+        }
+        if token.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(CredentialError::InvalidToken("it holds whitespace or control characters"));
+        }
+        Ok(match form {
+            TokenForm::Identity => Credential::IdentityToken(Secret(token)),
+            TokenForm::Registry => Credential::RegistryToken(Secret(token)),
+        })
+    }
+}
+
+/// The two token forms of a credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenForm {
+    Identity,
+    Registry,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
     #[error("invalid --user: {0}")]
     Invalid(&'static str),
+    #[error("invalid token: {0}")]
+    InvalidToken(&'static str),
     #[error("identity key {path}: {reason}")]
     Key { path: String, reason: String },
 }
@@ -65,7 +121,7 @@ impl Credential {
         if user.chars().chain(secret.chars()).any(char::is_control) {
             return Err(CredentialError::Invalid("control characters are not allowed"));
         }
-        Ok(Credential { user: user.to_string(), secret: Secret(secret.to_string()) })
+        Ok(Credential::Password { user: user.to_string(), secret: Secret(secret.to_string()) })
     }
 }
 
@@ -102,12 +158,21 @@ impl IdentityKey {
         IdentityKey([b; KEY_LEN])
     }
 
-    /// The credential identity for `cred` at registry `host` ("anonymous" without one).
+    /// The credential identity for `cred` at registry `host` ("anonymous" without one): the
+    /// HMAC of length-prefixed parts, `[host, user, password]` for a password (as identities
+    /// were before tokens, so recorded grants keep their identity) and `[form tag, host, token]`
+    /// for a token. Length prefixes make the encoding uniquely decodable, so three parts never
+    /// equal four: no token collides with a password, and the two token forms differ by tag.
     pub fn identity(&self, host: &str, cred: Option<&Credential>) -> String {
         let Some(c) = cred else { return ANONYMOUS.to_string() };
+        let parts: Vec<&str> = match c {
+            Credential::Password { user, secret } => vec![host, user, secret.expose()],
+            Credential::IdentityToken(t) => vec!["pullgate.identity-token", host, t.expose(), ""],
+            Credential::RegistryToken(t) => vec!["pullgate.registry-token", host, t.expose(), ""],
+        };
         // Keys of any length are valid for HMAC.
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).unwrap_or_else(|_| unreachable!());
-        for part in [host, &c.user, c.secret.expose()] {
+        for part in parts {
             mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part.as_bytes());
         }
@@ -146,9 +211,42 @@ mod tests {
     }
 
     #[test]
+    fn token_identities_are_domain_separated() {
+        let k = IdentityKey::fixed(1);
+        let it = |t: &str| Credential::token(TokenForm::Identity, t.into()).unwrap();
+        let rt = |t: &str| Credential::token(TokenForm::Registry, t.into()).unwrap();
+        // The same token held by two tenants is one identity; another token is another.
+        assert_eq!(k.identity("h", Some(&it("tok-1"))), k.identity("h", Some(&it("tok-1"))));
+        assert_ne!(k.identity("h", Some(&it("tok-1"))), k.identity("h", Some(&it("tok-2"))));
+        assert_ne!(k.identity("h", Some(&it("tok-1"))), k.identity("h2", Some(&it("tok-1"))));
+        // The same string as an identity token, a registry token, or a password never collides.
+        assert_ne!(k.identity("h", Some(&it("tok-1"))), k.identity("h", Some(&rt("tok-1"))));
+        let tag = "pullgate.identity-token";
+        // (`<token>` is the user name credential helpers give identity tokens under.)
+        for pw in [Credential::parse(&format!("{tag}:tok-1")).unwrap(), Credential::parse("h:tok-1").unwrap(), Credential::parse("<token>:tok-1").unwrap()] {
+            assert_ne!(k.identity("h", Some(&it("tok-1"))), k.identity(tag, Some(&pw)));
+            assert_ne!(k.identity("h", Some(&it("tok-1"))), k.identity("h", Some(&pw)));
+        }
+        // Password identities are what they were before tokens (grants recorded then stay).
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&[1u8; KEY_LEN]).unwrap();
+        for part in ["h", "alice", "pw"] {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part.as_bytes());
+        }
+        let old = format!("hmac-sha256:{}", hex::encode(mac.finalize().into_bytes()));
+        assert_eq!(k.identity("h", Some(&Credential::parse("alice:pw").unwrap())), old);
+        for bad in ["", "a b", "a\nb"] {
+            assert!(Credential::token(TokenForm::Identity, bad.into()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn secrets_do_not_print() {
         let c = Credential::parse("alice:hunter2").unwrap();
         assert!(!format!("{c:?}").contains("hunter2"));
+        for t in [Credential::token(TokenForm::Identity, "Tok-hunter3".into()).unwrap(), Credential::token(TokenForm::Registry, "Tok-hunter3".into()).unwrap()] {
+            assert!(!format!("{t:?}").contains("hunter3") && !t.describe().contains("hunter3"));
+        }
         assert!(matches!(Credential::parse("nopassword"), Err(CredentialError::Invalid(_))));
         assert!(matches!(Credential::parse(":pw"), Err(CredentialError::Invalid(_))));
     }

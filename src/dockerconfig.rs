@@ -1,11 +1,12 @@
 //! dockerconfig: registry credentials where docker and nerdctl keep them, for the CLI's `pull`
 //! and `verify` when no `--user` is given: `$DOCKER_CONFIG/config.json` (default
 //! `~/.docker/config.json`), looked up as docker does: `credHelpers` for the registry, else
-//! `credsStore`, else `auths` (`auth` = base64 `USER:PASSWORD`, or `username` and `password`).
-//! A helper runs as docker runs it: `docker-credential-<name> get`, the server on stdin, JSON
-//! `{"Username", "Secret"}` on stdout. Secrets come back as [`Secret`]s and are never printed;
+//! `credsStore`, else `auths` (`identitytoken`, else `registrytoken`, else `auth` = base64
+//! `USER:PASSWORD`, or `username` and `password`). A helper runs as docker runs it:
+//! `docker-credential-<name> get`, the server on stdin, JSON `{"Username", "Secret"}` on stdout;
+//! the user name `<token>` means the secret is an identity token. Secrets come back as [`Secret`]s and are never printed;
 //! errors never quote the file or a helper's output.
-use crate::credential::{Credential, Secret};
+use crate::credential::{Credential, Secret, TokenForm};
 use base64::Engine;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -39,6 +40,12 @@ struct Auth {
     username: Option<String>,
     #[serde(default)]
     password: Option<String>,
+    /// What `docker login` keeps for a registry whose token service hands out refresh tokens
+    /// (its `auth` then holds a placeholder user name).
+    #[serde(default)]
+    identitytoken: Option<String>,
+    #[serde(default)]
+    registrytoken: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -91,6 +98,10 @@ pub fn lookup(host: &str) -> Result<Option<Credential>, DockerConfigError> {
         return run_helper(store, server);
     }
     let Some((key, a)) = auth else { return Ok(None) };
+    let tokens = [(TokenForm::Identity, &a.identitytoken), (TokenForm::Registry, &a.registrytoken)];
+    if let Some((form, Some(t))) = tokens.into_iter().find(|(_, t)| t.as_ref().is_some_and(|t| !t.is_empty())) {
+        return Credential::token(form, t.clone()).map(Some).map_err(|e| bad(format!("the token of {key:?}: {e}")));
+    }
     let (user, secret) = match (&a.auth, &a.username, &a.password) {
         (Some(b64), _, _) if !b64.is_empty() => {
             let raw = base64::engine::general_purpose::STANDARD.decode(b64.trim()).map_err(|_| bad(format!("the auth of {key:?} is not base64")))?;
@@ -116,14 +127,16 @@ fn parse(text: &[u8]) -> Result<File, String> {
     })
 }
 
+/// A user name and password, or (user name `<token>`, as credential helpers answer for a token
+/// login) an identity token.
 fn credential(user: String, secret: String) -> Result<Credential, String> {
+    if user == "<token>" {
+        return Credential::token(TokenForm::Identity, secret).map_err(|e| format!("the stored identity token: {e}"));
+    }
     if user.is_empty() || user.chars().chain(secret.chars()).any(char::is_control) {
         return Err("the stored credential is not a user name and password".into());
     }
-    if user == "<token>" {
-        return Err("identity tokens are not supported; log in with a user name and password".into());
-    }
-    Ok(Credential { user, secret: Secret::new(secret) })
+    Ok(Credential::Password { user, secret: Secret::new(secret) })
 }
 
 /// Asks `docker-credential-<name> get` for `server`'s credential.
@@ -170,10 +183,12 @@ mod tests {
     #[test]
     fn stored_credentials_are_checked() {
         assert!(credential("alice".into(), "pw".into()).is_ok());
-        for (u, p) in [("", "Secret-1"), ("<token>", "Secret-2"), ("a\nb", "Secret-3")] {
+        assert_eq!(credential("<token>".into(), "Secret-2".into()), Ok(Credential::token(TokenForm::Identity, "Secret-2".into()).unwrap()));
+        for (u, p) in [("", "Secret-1"), ("<token>", "Secret 2"), ("a\nb", "Secret-3")] {
             let e = credential(u.into(), p.into()).unwrap_err();
             assert!(!e.contains(p), "{e}");
         }
+        assert!(credential("<token>".into(), String::new()).is_err());
         assert!(run_helper("../../bin/sh", "x").is_err());
     }
 

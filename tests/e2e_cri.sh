@@ -22,7 +22,11 @@
 #  11. with `[cri] principal = "pod"`, each pod pulls for itself;
 #  12. documents that containerd and pullgate would read differently are refused;
 #  13. a PullImage naming no pod is the node's: no pod runs the image on it, even with
-#      require_principal turned off.
+#      require_principal turned off;
+#  14. pull secrets holding only an identity token or a registry token (a token-auth registry):
+#      pulls and runs; the same token is the same identity; revoked, expired, other-service
+#      tokens, an expired registry token and a token service without the refresh-token grant
+#      are refused naming the cause, and record nothing.
 # About a minute per containerd version.
 # Usage: tests/e2e_cri.sh VERSION
 source "$(dirname "$0")/lib.sh"
@@ -31,6 +35,8 @@ V=${1:?usage: e2e_cri.sh 1.6|1.7|2.1}
 trap cleanup EXIT
 PW_ALICE=alice-Cri-4t8q
 PW_CAROL=carol-Cri-7m2x
+PW_ADMIN=admin-Cri-2p9w
+TOKMSG="private app behind a token service"
 PRIVMSG="private app of team-a"
 REFUSED='pullgate refused pod'
 
@@ -40,17 +46,24 @@ mk() { python3 "$REPO/tests/mkimage.py" "$@" >/dev/null; }
 mk "$WORK/pause" --tag v1 --message "pause" --cmd "sleep 100000"
 mk "$WORK/pub" --tag v1 --message "public app"
 mk "$WORK/priv" --tag v1 --message "$PRIVMSG" --extra-layers 1 --layer-mb 0.2 --seed 21
+mk "$WORK/tpriv" --tag v1 --message "$TOKMSG" --extra-layers 1 --layer-mb 0.1 --seed 31
 start_registry pub || exit 1
 start_registry h htpasswd alice "$PW_ALICE" carol "$PW_CAROL" || exit 1
 start_registry bad || exit 1
+cat > "$WORK/acl.json" <<JSON
+{"users": {"alice": "$PW_ALICE", "admin": "$PW_ADMIN"}, "access": {"alice": ["private/*"], "admin": ["*"]}, "push": ["admin"]}
+JSON
+start_token_registry t "$WORK/acl.json" || exit 1
+TPRIV=$REG_t/private/tok:v1
 PAUSE=$REG_pub/k8s/pause:v1
 PUB=$REG_pub/public/app:v1
 PRIV=$REG_h/private/app:v1
 push_image "$WORK/pause" v1 "$PAUSE" || fail "push the sandbox image"
 push_image "$WORK/pub" v1 "$PUB" || fail "push the public image"
 push_image "$WORK/priv" v1 "$PRIV" "alice:$PW_ALICE" || fail "push the private image"
+push_image "$WORK/tpriv" v1 "$TPRIV" "admin:$PW_ADMIN" || fail "push the token registry's private image"
 HOSTS=$WORK/hosts
-for r in "$REG_pub" "$REG_h" "$REG_bad"; do write_hosts_toml "$HOSTS" "$r"; done
+for r in "$REG_pub" "$REG_h" "$REG_bad" "$REG_t"; do write_hosts_toml "$HOSTS" "$r"; done
 
 PG=$WORK/pg
 pullgate_cri_config "$PG" "$HOSTS"
@@ -88,9 +101,15 @@ run_pod() {
   out=$("$via" "${pa[@]}" RunPodSandbox "$json" 2>&1) || { echo "$out"; return 1; }
   SID=$(jget pod_sandbox_id <<<"$out")
 }
-# pull_as POD NS IMAGE [USER:PASS]: PullImage through the front with that pod's sandbox config.
+# pull_as POD NS IMAGE [USER:PASS | AUTH_JSON]: PullImage through the front with that pod's
+# sandbox config and the pull secret's credential (AUTH_JSON: a CRI AuthConfig, `{...}`).
 pull_as() {
-  local auth=''; [ -n "${4:-}" ] && auth=",\"auth\":{\"username\":\"${4%%:*}\",\"password\":\"${4#*:}\"}"
+  local auth=''
+  case ${4:-} in
+    '') ;;
+    '{'*) auth=",\"auth\":$4" ;;
+    *) auth=",\"auth\":{\"username\":\"${4%%:*}\",\"password\":\"${4#*:}\"}" ;;
+  esac
   mapfile -t pa < <(podargs "$1" "$2")
   front "${pa[@]}" PullImage "{\"image\":{\"image\":\"$3\"}$auth}"
 }
@@ -517,6 +536,73 @@ run_pod front app-n2 team-n2 || fail "13b: RunPodSandbox for team-n2/app-n2"; SI
 check_refused "13b: team-n2's pod is refused the image the node pulled" "$REFUSED team-n2/app-n2" "$PRIVMSG" \
   run_in front app-n2 team-n2 "$SID_N2" n2 "$PRIV"
 for s in "$SID_N2"; do front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; done
-check "no secret reached pullgate's log or database" bash -c "! grep -rqF -e '$PW_ALICE' -e '$PW_CAROL' '$PG/log' '$PG/root/metadata.redb'"
+
+log "14. pull secrets holding only an identity token or a registry token"
+TOKLOG=$WORK/registry-t/token.log
+grants_json() { pg grants -n k8s.io -o json; }
+# grant_identity PRINCIPAL: the identity of PRINCIPAL's grant in k8s.io.
+grant_identity() { grants_json | python3 -c 'import json,sys; print(next((g["identity"] for g in json.load(sys.stdin) if g["principal"] == sys.argv[1]), ""))' "$1"; }
+# refused_unrecorded DESC PATTERN TOKEN POD NS: the pod's PullImage with the secret {"KIND": TOKEN}
+# (TOKEN_KIND, default identity_token) fails saying PATTERN and not the token; pullgate grants
+# does not change; the pod's CreateContainer is refused.
+refused_unrecorded() {
+  local d=$1 pat=$2 tok=$3 pod=$4 ns=$5 before
+  run_pod front "$pod" "$ns" || fail "14: RunPodSandbox $ns/$pod"
+  before=$(grants_json)
+  check_refused "$d: PullImage fails naming the cause, not the token" "$pat" "$tok" pull_as "$pod" "$ns" "$TPRIV" "{\"${TOKEN_KIND:-identity_token}\":\"$tok\"}"
+  check "$d: nothing recorded (pullgate grants unchanged)" test "$(grants_json)" = "$before" -a -n "$before"
+  check_refused "$d: the pod's CreateContainer is refused" "$REFUSED $ns/$pod" "$TOKMSG" run_in front "$pod" "$ns" "$SID" "c-$pod" "$TPRIV"
+}
+IT=$(identity_token t alice "$PW_ALICE")
+check "14: the token server gives alice an identity token (a refresh token, as a token login keeps)" test -n "$IT"
+run_pod front tok-1 team-t1 || fail "14: RunPodSandbox team-t1/tok-1"; SID_T1=$SID
+n0=$(grep -c 'user=alice grant=refresh_token' "$TOKLOG")
+check_out "14: team-t1's PullImage with a secret holding only an identity token" '"image_ref":"sha256:' pull_as tok-1 team-t1 "$TPRIV" "{\"identity_token\":\"$IT\"}"
+check "14: pullgate exchanged it at the token service with the refresh-token grant" test "$(grep -c 'user=alice grant=refresh_token' "$TOKLOG")" -gt "$n0"
+ID_T1=$(grant_identity team-t1/tok-1)
+check "14: team-t1/tok-1 holds a grant ($ID_T1)" test -n "$ID_T1"
+check_out "14: tok-1 runs the image" "$TOKMSG" run_in front tok-1 team-t1 "$SID_T1" t1 "$TPRIV"
+run_pod front tok-2 team-t2 || fail "14: RunPodSandbox team-t2/tok-2"; SID_T2=$SID
+check_refused "14: team-t2's pod, without the token, is refused at CreateContainer" "$REFUSED team-t2/tok-2" "$TOKMSG" run_in front tok-2 team-t2 "$SID_T2" t2 "$TPRIV"
+check_refused "14: and its PullImage without a secret fails as the registry says (anonymous: no access)" "no access to $REG_t/private/tok" "" pull_as tok-2 team-t2 "$TPRIV"
+run_pod front tok-3 team-t3 || fail "14: RunPodSandbox team-t3/tok-3"
+check "14: team-t3's PullImage with the same identity token" pull_as tok-3 team-t3 "$TPRIV" "{\"identity_token\":\"$IT\"}"
+check "14: two tenants holding one token are one identity ($ID_T1, $(grant_identity team-t3/tok-3))" test "$(grant_identity team-t3/tok-3)" = "$ID_T1"
+run_pod front tok-4 team-t4 || fail "14: RunPodSandbox team-t4/tok-4"
+check "14: team-t4's PullImage with alice's password" pull_as tok-4 team-t4 "$TPRIV" "alice:$PW_ALICE"
+check "14: alice's password is another identity than her identity token ($(grant_identity team-t4/tok-4))" test -n "$(grant_identity team-t4/tok-4)" -a "$(grant_identity team-t4/tok-4)" != "$ID_T1"
+IT_REVOKED=$(identity_token t alice "$PW_ALICE"); revoke_token t "$IT_REVOKED"
+n0=$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")
+refused_unrecorded "14: a revoked identity token" "refused the identity token: invalid_grant: the refresh token has been revoked" "$IT_REVOKED" tok-5 team-t5
+check "14: the token service was asked, and refused it" test "$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")" -gt "$n0"
+token_acl t "acl['refresh_ttl'] = -60"; IT_EXPIRED=$(identity_token t alice "$PW_ALICE"); token_acl t "acl.pop('refresh_ttl')"
+refused_unrecorded "14: an expired identity token" "refused the identity token: .*expired" "$IT_EXPIRED" tok-6 team-t6
+IT_OTHER=$(identity_token t alice "$PW_ALICE" other-service)
+refused_unrecorded "14: an identity token issued for another service" "refused the identity token: .*issued for service other-service" "$IT_OTHER" tok-7 team-t7
+token_acl t "acl['refresh_grant'] = False"
+refused_unrecorded "14: a token service without the refresh-token grant" "does not support the OAuth2 refresh-token grant" "$IT" tok-8 team-t8
+token_acl t "acl.pop('refresh_grant')"
+RT=$(registry_token t alice "$PW_ALICE" private/tok)
+run_pod front tok-9 team-t9 || fail "14: RunPodSandbox team-t9/tok-9"; SID_T9=$SID
+n0=$(grep -c . "$TOKLOG")
+check_out "14: team-t9's PullImage with a secret holding only a registry token" '"image_ref":"sha256:' pull_as tok-9 team-t9 "$TPRIV" "{\"registry_token\":\"$RT\"}"
+check "14: the registry token went to the registry as it is (the token service saw no request)" test "$(grep -c . "$TOKLOG")" = "$n0"
+check "14: its identity is another than the identity token's ($(grant_identity team-t9/tok-9))" test -n "$(grant_identity team-t9/tok-9)" -a "$(grant_identity team-t9/tok-9)" != "$ID_T1"
+check_out "14: tok-9 runs the image" "$TOKMSG" run_in front tok-9 team-t9 "$SID_T9" t9 "$TPRIV"
+token_acl t "acl['access_ttl'] = -300"; RT_EXPIRED=$(registry_token t alice "$PW_ALICE" private/tok); token_acl t "acl.pop('access_ttl')"
+TOKEN_KIND=registry_token refused_unrecorded "14: an expired registry token" "rejected the registry token \\(invalid_token" "$RT_EXPIRED" tok-10 team-t10
+
+log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
+PATS=$WORK/secret-patterns
+printf '%s\n' "$PW_ALICE" "$PW_CAROL" "$PW_ADMIN" > "$PATS"
+# Every token the token server issued (identity tokens, registry tokens, the access tokens pullgate
+# obtained): its signature, which any copy of the token contains.
+awk '{n = split($2, a, "."); print a[n]}' "$WORK/registry-t/tokens.log" >> "$PATS"
+ntok=$(grep -c . "$WORK/registry-t/tokens.log")
+check "the token server recorded the tokens it issued ($ntok)" test "$ntok" -gt 5
+leak=$(grep -rlaF -D skip -f "$PATS" "$PG" "$WORK/containerd" 2>/dev/null | head -5)
+check "none in any file under pullgate's root, config or log, or containerd's root, state or log (found in: ${leak:-none})" test -z "$leak"
+labels=$(ctr_ -n k8s.io content ls; ctr_ -n k8s.io images ls; for k in $(ctr_ -n k8s.io snapshots --snapshotter pullgate ls | awk 'NR > 1 {print $1}'); do snap_labels "$k"; done)
+check "none in k8s.io's content, image or snapshot labels ($(wc -l <<<"$labels") lines)" bash -c "[ \$(wc -l <<<\"\$1\") -gt 5 ] && ! grep -qF -f '$PATS' <<<\"\$1\"" _ "$labels"
 
 summary "e2e cri (containerd $V)"

@@ -335,6 +335,62 @@ check_no_grants "DC6: no grant" DC6
 out=$(printf '%s\n' "$PW_ALICE" | pg verify -n DC4 --plain-http --user alice --password-stdin "$HPRIV" 2>&1); rc=$?
 check "DC4: --user alice --password-stdin" test $rc -eq 0 -a "$(ident DC4)" = "$ID_ALICE"
 
+# Token logins (the token registry): an identity token in config.json (`identitytoken`, beside the
+# placeholder user name `docker login` keeps with it), from a credential helper (user name
+# <token>) and on standard input; a registry token on standard input and in config.json. Each
+# tenant's grant names the identity of the token it presented; a revoked token records nothing.
+TOKLOG=$WORK/registry-t/token.log
+refreshes() { grep -c 'user=alice grant=refresh_token' "$TOKLOG"; }
+IT=$(identity_token t alice "$PW_ALICE")
+check "DT: the token server gives alice an identity token (a refresh token)" test -n "$IT"
+check "DT0: pullgate verify --user alice at the token registry (a password identity to compare with)" pg verify -n DT0 --plain-http --user "alice:$PW_ALICE" "$TPRIV"
+printf '{"auths": {"%s": {"auth": "%s", "identitytoken": "%s"}}}' "$REG_t" "$(printf '00000000-0000-0000-0000-000000000000:' | base64 -w0)" "$IT" > "$DC/config.json"
+n0=$(refreshes)
+out=$(DOCKER_CONFIG=$DC pg pull -n DT1 --principal pod1 --plain-http "$TPRIV" 2>&1); rc=$?
+ID_IT=$(ident DT1)
+check "DT1: pullgate pull with config.json's identitytoken ($out)" test $rc -eq 0 -a -n "$ID_IT"
+check "DT1: the token service exchanged it with the refresh-token grant" test "$(refreshes)" -gt "$n0"
+check "DT1: its identity is not alice's password identity ($ID_IT, $(ident DT0))" test "$ID_IT" != "$(ident DT0)"
+check "DT1: the output carries no token" not grep -qF "$IT" <<<"$out"
+check_out "DT1: pod1 runs the image" "$LEAK" run_img DT1 dt1 --snapshotter-label "$PL=pod1" "$TPRIV"
+check_refused "DT1: pod2, which presented no token, is refused" "$DENIED \"DT1\" \\(principal \"pod2\"\\)" "$LEAK" run_img DT1 dt2 --snapshotter-label "$PL=pod2" "$TPRIV"
+check_refused_rc 3 "DT1: another namespace without the token is denied" "^denied: $DENIED \"DT9\"" "" pg check -n DT9 "$TPRIV"
+cat > "$WORK/bin/docker-credential-pgtok" <<SH
+#!/bin/sh
+# A credential helper answering for a token login: user name <token>, the identity token.
+read -r server
+printf '{"ServerURL":"%s","Username":"<token>","Secret":"%s"}' "\$server" "\$(cat '$WORK/helper-token')"
+SH
+chmod +x "$WORK/bin/docker-credential-pgtok"
+printf '%s' "$IT" > "$WORK/helper-token"
+printf '{"credHelpers": {"%s": "pgtok"}}' "$REG_t" > "$DC/config.json"
+out=$(PATH="$WORK/bin:$PATH" DOCKER_CONFIG=$DC "$PG_BIN" pull --address "$PG/api.sock" -n DT2 --plain-http "$TPRIV" 2>&1); rc=$?
+check "DT2: pullgate pull with a credential helper answering <token> ($out)" test $rc -eq 0
+check "DT2: the same token is the same identity as DT1's" test "$(ident DT2)" = "$ID_IT"
+out=$(printf '%s\n' "$IT" | pg verify -n DT3 --plain-http --identity-token-stdin "$TPRIV" 2>&1); rc=$?
+check "DT3: pullgate verify --identity-token-stdin: the same identity ($out)" test $rc -eq 0 -a "$(ident DT3)" = "$ID_IT"
+IT_REVOKED=$(identity_token t alice "$PW_ALICE"); revoke_token t "$IT_REVOKED"
+n0=$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")
+check_refused_rc 3 "DT4: a revoked identity token on standard input: exit 3, naming the cause, not the token" "refused the identity token: invalid_grant: the refresh token has been revoked" "$IT_REVOKED" \
+  bash -c "printf '%s\n' '$IT_REVOKED' | '$PG_BIN' verify --address '$PG/api.sock' -n DT4 --plain-http --identity-token-stdin '$TPRIV'"
+check "DT4: the token service was asked and refused it" test "$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")" -gt "$n0"
+check_no_grants "DT4: no grant" DT4
+printf '%s' "$IT_REVOKED" > "$WORK/helper-token"
+check_refused_rc 3 "DT5: the same through the credential helper, with pullgate pull" "revoked" "$IT_REVOKED" \
+  env PATH="$WORK/bin:$PATH" DOCKER_CONFIG="$DC" "$PG_BIN" pull --address "$PG/api.sock" -n DT5 --plain-http "$TPRIV"
+check_no_grants "DT5: no grant" DT5
+RT=$(registry_token t alice "$PW_ALICE" private/app)
+n0=$(grep -c . "$TOKLOG")
+out=$(printf '%s\n' "$RT" | pg verify -n DT6 --plain-http --registry-token-stdin "$TPRIV" 2>&1); rc=$?
+check "DT6: pullgate verify --registry-token-stdin ($out)" test $rc -eq 0 -a -n "$(ident DT6)"
+check "DT6: the registry token went to the registry as it is (no token request)" test "$(grep -c . "$TOKLOG")" = "$n0"
+check "DT6: a registry token's identity is not the identity token's" test "$(ident DT6)" != "$ID_IT"
+printf '{"auths": {"%s": {"registrytoken": "%s"}}}' "$REG_t" "$RT" > "$DC/config.json"
+out=$(DOCKER_CONFIG=$DC pg verify -n DT7 --plain-http "$TPRIV" 2>&1); rc=$?
+check "DT7: config.json's registrytoken: the same identity as DT6's ($out)" test $rc -eq 0 -a "$(ident DT7)" = "$(ident DT6)"
+check_refused_rc 2 "DT8: --identity-token-stdin with --user is a usage error" "cannot be used with" "" \
+  pg verify -n DT8 --plain-http --identity-token-stdin --user "alice:$PW_ALICE" "$TPRIV"
+
 # --output json, parsed by a JSON parser: field names and values.
 json_is() { python3 -c "import json,sys; v=json.loads(sys.stdin.read()); sys.exit(0 if ($1) else 1)"; }
 out=$(pg verify -n DC4 -o json --plain-http --user "alice:$PW_ALICE" "$HPRIV")
@@ -601,14 +657,18 @@ for up in "alice:$PW_ALICE" "bob:$PW_BOB" "carol:$PW_CAROL" "admin:$PW_ADMIN"; d
   printf '%s\n' "${up#*:}" >> "$PATS"                       # the password
   printf '%s' "$up" | base64 -w0 >> "$PATS"; echo >> "$PATS"  # "user:password" as a Basic header carries it
 done
-# Every token the token server issued (to pullgate, to containerd, to skopeo): its signature, which
-# any copy of the token contains.
+# Every token the token server issued (to pullgate, to containerd, to skopeo, and the identity
+# and registry tokens handed to pullgate in DT1-DT7): its signature, which any copy contains.
 ntok=$(grep -c . "$WORK/registry-t/tokens.log")
 awk '{n = split($2, a, "."); print a[n]}' "$WORK/registry-t/tokens.log" >> "$PATS"
 check "the token server recorded the tokens it issued ($ntok)" test "$ntok" -gt 0
 leak=$(grep -rlaF -D skip -f "$PATS" "$PG" "$WORK/containerd" 2>/dev/null | head -5)
 check "none of them in any file under pullgate's root, its config or log, or containerd's root, state or log (found in: ${leak:-none})" test -z "$leak"
 check "none of them in A's content labels" not grep -qF -f "$PATS" <<<"$(ctr_ -n A content ls)"
+for ns in DT1 DT6; do   # pulled with an identity token, verified with a registry token
+  check "none of them in $ns's content, image or snapshot labels" bash -c "[ -n \"\$1\" ] && ! grep -qF -f '$PATS' <<<\"\$1\"" _ \
+    "$(ctr_ -n $ns content ls; ctr_ -n $ns images ls; for k in $(ctr_ -n $ns snapshots --snapshotter pullgate ls | awk 'NR > 1 {print $1}'); do ctr_ -n $ns snapshots --snapshotter pullgate info "$k"; done)"
+done
 check "the API socket is 0600" test "$(stat -c %a "$PG/api.sock")" = 600
 check "the identity key is 0600" test "$(stat -c %a "$PG/root/identity.key")" = 600
 

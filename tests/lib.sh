@@ -179,6 +179,37 @@ _launch_token_registry() {
   wait_serving 20 bash -c "curl -s -o /dev/null http://127.0.0.1:$port/v2/ && curl -s -o /dev/null 'http://127.0.0.1:$tport/token?service=x'"
 }
 
+# Tokens from token registry NAME's token server (tests/tokenserver.py), as a token login gets
+# them. token_realm NAME: its realm URL.
+token_realm() { sed -n 's/^ *realm: //p' "$WORK/registry-$1/config.yml"; }
+# identity_token NAME USER PASS [SERVICE]: a refresh token (the identity token docker keeps
+# after a token login): the password grant with access_type=offline.
+identity_token() {
+  curl -sf -X POST --data-urlencode "username=$2" --data-urlencode "password=$3" \
+    -d "grant_type=password&access_type=offline&client_id=pullgate-test&service=${4:-pullgate-test-registry}" \
+    "$(token_realm "$1")" | python3 -c 'import json,sys; print(json.load(sys.stdin)["refresh_token"])'
+}
+# registry_token NAME USER PASS REPO: a bearer token for pulling REPO at the registry.
+registry_token() {
+  curl -sf -u "$2:$3" "$(token_realm "$1")?service=pullgate-test-registry&scope=repository:$4:pull" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])'
+}
+# token_acl NAME PYTHON_EXPR: edits the token server's ACL (the dict `acl`) in place; it reads
+# the file for every request.
+token_acl() {
+  python3 - "$WORK/registry-$1/acl.json" "$2" <<'PY'
+import json, sys
+p, expr = sys.argv[1:]
+acl = json.load(open(p)); exec(expr); json.dump(acl, open(p + ".new", "w"))
+import os; os.replace(p + ".new", p)
+PY
+}
+# revoke_token NAME TOKEN: the token server refuses the refresh token from now on.
+revoke_token() {
+  local jti; jti=$(cut -d. -f2 <<<"$2" | python3 -c 'import base64,json,sys; s=sys.stdin.read().strip(); print(json.loads(base64.urlsafe_b64decode(s + "=" * (-len(s) % 4)))["jti"])') \
+    && token_acl "$1" "acl.setdefault('revoked', []).append('$jti')"
+}
+
 # push_image LAYOUT_DIR TAG HOST/REPO:TAG [USER:PASS] [--all]: with --all the layout's index
 # is pushed too, so the tag names an index (platform selection is exercised).
 push_image() {

@@ -1,7 +1,7 @@
 //! The registry client against hostile or broken registries (fake HTTP servers on loopback):
 //! each case must end with the right, clear error within a bounded time, and credentials must
 //! never follow a redirect to another host.
-use pullgate::credential::Credential;
+use pullgate::credential::{Credential, TokenForm};
 use pullgate::reference::Reference;
 use pullgate::registry::{Options, RegistryError, Session};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 struct Seen {
     line: String,
     authorization: Option<String>,
+    body: String,
 }
 
 type Handler = Arc<dyn Fn(&Seen, u16) -> Reply + Send + Sync>;
@@ -67,7 +68,7 @@ fn handle(mut conn: TcpStream, h: Handler, log: Arc<Mutex<Vec<Seen>>>, port: u16
         }
         let mut body = vec![0; len];
         let _ = r.read_exact(&mut body);
-        let seen = Seen { line: line.trim().to_string(), authorization: auth };
+        let seen = Seen { line: line.trim().to_string(), authorization: auth, body: String::from_utf8_lossy(&body).into_owned() };
         log.lock().unwrap().push(seen.clone());
         match h(&seen, port) {
             Reply::Full { status, headers, body } => {
@@ -94,9 +95,13 @@ fn handle(mut conn: TcpStream, h: Handler, log: Arc<Mutex<Vec<Seen>>>, port: u16
 }
 
 fn session(port: u16, repo_ref: &str, cred: Option<&str>) -> Session {
+    session_with(port, repo_ref, cred.map(|c| Credential::parse(c).unwrap()))
+}
+
+fn session_with(port: u16, repo_ref: &str, cred: Option<Credential>) -> Session {
     let r = Reference::parse(&format!("127.0.0.1:{port}/{repo_ref}")).unwrap();
     let opts = Options { plain_http: true, hosts_dir: None, server: None, timeout: Some(Duration::from_secs(1)) };
-    Session::new(&r, cred.map(|c| Credential::parse(c).unwrap()), &opts).unwrap()
+    Session::new(&r, cred, &opts).unwrap()
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -282,4 +287,82 @@ fn read_blob(port: u16, digest: &str, size: u64) -> Result<(), RegistryError> {
 
 fn hex_sha256(b: &[u8]) -> String {
     pullgate::registry::sha256_digest(b).trim_start_matches("sha256:").to_string()
+}
+
+const TOKEN: &str = "Tok-3c8e1a-refresh";
+
+/// A token registry whose token service answers the POST with `token_reply`; the registry takes
+/// `Bearer good-access` only.
+fn token_registry(token_reply: fn() -> Reply) -> (u16, Arc<Mutex<Vec<Seen>>>) {
+    serve("127.0.0.1", Arc::new(move |s: &Seen, port| {
+        if s.line.contains("/token") {
+            return if s.line.starts_with("POST") { token_reply() } else { reply(200, &[], br#"{"token":"anonymous-access"}"#) };
+        }
+        if s.authorization.as_deref() == Some("Bearer good-access") {
+            return reply(200, &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")], MANIFEST.as_bytes());
+        }
+        let ch = format!(r#"Bearer realm="http://127.0.0.1:{port}/token",service="reg",error="invalid_token""#);
+        reply(401, &[("WWW-Authenticate", ch.as_str())], b"")
+    }))
+}
+
+fn identity_token() -> Option<Credential> {
+    Some(Credential::token(TokenForm::Identity, TOKEN.into()).unwrap())
+}
+
+#[test]
+fn an_identity_token_is_exchanged_with_the_refresh_token_grant() {
+    let (port, log) = token_registry(|| reply(200, &[], br#"{"access_token":"good-access","refresh_token":"Tok-3c8e1a-refresh"}"#));
+    rt().block_on(session_with(port, "a/b", identity_token()).get_manifest("v1")).unwrap();
+    let log = log.lock().unwrap();
+    let post = log.iter().find(|s| s.line.starts_with("POST /token")).expect("a token POST");
+    for field in ["grant_type=refresh_token", &format!("refresh_token={TOKEN}"), "service=reg", "scope=repository%3Aa%2Fb%3Apull", "client_id=pullgate"] {
+        assert!(post.body.contains(field), "{field} not in {}", post.body);
+    }
+    assert!(!post.body.contains("username") && !post.body.contains("password"), "{}", post.body);
+    // The token goes to the token service only, never to the registry.
+    assert!(log.iter().filter(|s| !s.line.contains("/token")).all(|s| !s.authorization.as_deref().unwrap_or("").contains(TOKEN)));
+}
+
+#[test]
+fn a_refused_identity_token_names_the_cause_and_never_the_token() {
+    // A token service that echoes the token in its description: the description is dropped.
+    let (port, log) = token_registry(|| reply(400, &[], br#"{"error":"invalid_grant","error_description":"refresh token Tok-3c8e1a-refresh revoked"}"#));
+    let e = rt().block_on(session_with(port, "a/b", identity_token()).get_manifest("v1")).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, RegistryError::TokenRefused { .. }) && msg.contains("invalid_grant") && !msg.contains(TOKEN) && !format!("{e:?}").contains(TOKEN), "{msg}");
+    // No fallback: the token service was not asked by GET, anonymously or otherwise.
+    assert!(!log.lock().unwrap().iter().any(|s| s.line.starts_with("GET /token")));
+    let (port, _) = token_registry(|| reply(400, &[], br#"{"error":"invalid_grant","error_description":"the refresh token has expired"}"#));
+    let msg = rt().block_on(session_with(port, "a/b", identity_token()).get_manifest("v1")).unwrap_err().to_string();
+    assert!(msg.contains("refused the identity token: invalid_grant: the refresh token has expired"), "{msg}");
+}
+
+#[test]
+fn a_token_service_without_the_refresh_token_grant() {
+    for answer in [(|| reply(404, &[], b"")) as fn() -> Reply, || reply(405, &[], b""), || reply(400, &[], br#"{"error":"unsupported_grant_type"}"#)] {
+        let (port, log) = token_registry(answer);
+        let e = rt().block_on(session_with(port, "a/b", identity_token()).get_manifest("v1")).unwrap_err();
+        assert!(matches!(e, RegistryError::UnusableCredential { .. }) && e.to_string().contains("refresh-token grant"), "{e}");
+        assert!(!log.lock().unwrap().iter().any(|s| s.line.starts_with("GET /token")));
+    }
+}
+
+#[test]
+fn a_registry_token_is_the_bearer_token_as_it_is() {
+    let (port, log) = token_registry(|| reply(500, &[], b""));
+    let rt_cred = Some(Credential::token(TokenForm::Registry, "good-access".into()).unwrap());
+    rt().block_on(session_with(port, "a/b", rt_cred).get_manifest("v1")).unwrap();
+    assert!(!log.lock().unwrap().iter().any(|s| s.line.contains("/token")), "the token service was asked");
+    // Refused by the registry (invalid_token): the registry token is named, not quoted.
+    let bad = Some(Credential::token(TokenForm::Registry, "Tok-expired-77".into()).unwrap());
+    let e = rt().block_on(session_with(port, "a/b", bad).get_manifest("v1")).unwrap_err();
+    assert!(matches!(e, RegistryError::BadCredential { .. }) && e.to_string().contains("registry token") && !e.to_string().contains("Tok-expired-77"), "{e}");
+    // A registry that asks for Basic: no token can answer, and none is sent.
+    let (port, log) = serve("127.0.0.1", Arc::new(|_: &Seen, _| reply(401, &[("WWW-Authenticate", r#"Basic realm="r""#)], b"")));
+    for cred in [identity_token(), Some(Credential::token(TokenForm::Registry, TOKEN.into()).unwrap())] {
+        let e = rt().block_on(session_with(port, "a/b", cred).get_manifest("v1")).unwrap_err();
+        assert!(matches!(e, RegistryError::UnusableCredential { .. }) && e.to_string().contains("Basic"), "{e}");
+    }
+    assert!(log.lock().unwrap().iter().all(|s| s.authorization.is_none()));
 }

@@ -4,12 +4,22 @@
   tokenserver.py --port P --key KEY.pem --cert CERT.pem --config ACL.json --log FILE [--tokens FILE]
 
 ACL.json: {"users": {"name": "password"}, "access": {"name": ["repo/prefix/*", "exact/repo"]},
-           "anonymous": ["public/*"], "push": ["admin"]}
+           "anonymous": ["public/*"], "push": ["admin"],
+           optional: "revoked": [refresh token jti], "refresh_grant": false (refuse the
+           refresh-token grant with unsupported_grant_type), "refresh_ttl": seconds (default
+           3600; negative issues expired ones), "access_ttl": seconds (default 300; the registry
+           allows 60 s of clock skew, so an expired one needs less than -60)}
+The file is read again for every request, so a test changes it while the server runs.
 Answers GET /token (Basic or anonymous) and the OAuth2 password-grant POST /token with
 {"token", "access_token", "expires_in", "issued_at"}: an RS256 JWT whose header kid is the
 libtrust key id of the certificate's key. A valid user without access to the repository gets a
 token with an empty access list (the registry then answers 401 insufficient_scope); a wrong
-password gets 401. Every request is logged (method, path, user; never passwords). With --tokens,
+password gets 401. As distribution's token spec has it, a password grant with
+access_type=offline also returns a "refresh_token" (an RS256 JWT with typ "refresh", aud the
+service, sub the user), and POST /token grant_type=refresh_token exchanges one for an access
+token (the refresh token is returned again). An expired, revoked or forged refresh token, one
+issued for another service, or one whose user is gone gets 400 invalid_grant with an
+error_description naming the cause. Every request is logged (method, path, user; never passwords). With --tokens,
 every issued token is also written to that file ("<jti> <token>" per line), for the tests only:
 they search pullgate's and containerd's files and logs for it (a leaked bearer token).
 """
@@ -56,6 +66,35 @@ def main():
         users = json.load(open(a.config)).get("users", {})
         return user in users and users[user] == password
 
+    def refresh_token(user, service):
+        acl = json.load(open(a.config))
+        now = int(time.time())
+        claims = {"iss": a.issuer, "sub": user, "aud": service, "typ": "refresh", "iat": now,
+                  "exp": now + int(acl.get("refresh_ttl", 3600)), "jti": str(uuid.uuid4())}
+        tok = jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
+        if tokf:
+            tokf.write(f"{claims['jti']} {tok}\n")
+        return tok
+
+    def check_refresh(tok, service):
+        """The user a refresh token stands for, or the reason it is refused."""
+        try:
+            c = jwt.decode(tok, key.public_key(), algorithms=["RS256"], options={"verify_aud": False})
+        except jwt.ExpiredSignatureError:
+            return None, "the refresh token has expired"
+        except jwt.PyJWTError:
+            return None, "not a refresh token this service issued"
+        acl = json.load(open(a.config))
+        if c.get("typ") != "refresh" or c.get("iss") != a.issuer:
+            return None, "not a refresh token this service issued"
+        if c.get("jti") in acl.get("revoked", []):
+            return None, "the refresh token has been revoked"
+        if c.get("aud") != service:
+            return None, f"the refresh token was issued for service {c.get('aud')}, not {service}"
+        if c.get("sub") not in acl.get("users", {}):
+            return None, "the refresh token's user no longer exists"
+        return c["sub"], None
+
     class H(BaseHTTPRequestHandler):
         def log_message(self, *args):
             pass
@@ -68,7 +107,7 @@ def main():
             self.end_headers()
             self.wfile.write(data)
 
-        def issue(self, user, service, scopes):
+        def issue(self, user, service, scopes, refresh=None):
             access = []
             for scope in scopes:
                 parts = scope.split(":")
@@ -78,14 +117,18 @@ def main():
                 if actions:
                     access.append({"type": "repository", "name": parts[1], "actions": actions})
             now = int(time.time())
-            claims = {"iss": a.issuer, "sub": user or "", "aud": service, "exp": now + 300, "nbf": now - 10,
+            ttl = int(json.load(open(a.config)).get("access_ttl", 300))
+            claims = {"iss": a.issuer, "sub": user or "", "aud": service, "exp": now + ttl, "nbf": min(now, now + ttl) - 10,
                       "iat": now, "jti": str(uuid.uuid4()), "access": access}
             tok = jwt.encode(claims, key, algorithm="RS256", headers={"kid": kid})
             if tokf:
                 tokf.write(f"{claims['jti']} {tok}\n")
-            body = {"token": tok, "access_token": tok, "expires_in": 300,
+            body = {"token": tok, "access_token": tok, "expires_in": ttl,
                     "issued_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
-            logf.write(f"{self.command} /token user={user or '-'} scopes={' '.join(scopes)} granted={json.dumps(access)} "
+            if refresh:
+                body["refresh_token"] = refresh
+            grant = f" grant={self.grant}" if self.command == "POST" else ""
+            logf.write(f"{self.command} /token user={user or '-'}{grant} scopes={' '.join(scopes)} granted={json.dumps(access)} "
                        f"bytes={len(json.dumps(body))}\n")
             self.reply(200, body)
 
@@ -112,14 +155,28 @@ def main():
                 return self.reply(404, {"error": "not found"})
             n = int(self.headers.get("Content-Length", "0"))
             form = parse_qs(self.rfile.read(n).decode())
-            if form.get("grant_type", [""])[0] != "password":
+            field = lambda k: form.get(k, [""])[0]
+            self.grant = field("grant_type")
+            scopes = " ".join(form.get("scope", [])).split()
+            service = field("service")
+            if self.grant == "refresh_token":
+                if json.load(open(a.config)).get("refresh_grant", True) is False:
+                    logf.write("POST /token grant=refresh_token denied: grant disabled\n")
+                    return self.reply(400, {"error": "unsupported_grant_type"})
+                tok = field("refresh_token")
+                user, why = check_refresh(tok, service)
+                if why:
+                    logf.write(f"POST /token grant=refresh_token denied: {why}\n")
+                    return self.reply(400, {"error": "invalid_grant", "error_description": why})
+                return self.issue(user, service, scopes, refresh=tok)
+            if self.grant != "password":
                 return self.reply(400, {"error": "unsupported_grant_type"})
-            user, pw = form.get("username", [""])[0], form.get("password", [""])[0]
+            user, pw = field("username"), field("password")
             if not check_user(user, pw):
                 logf.write(f"POST /token user={user} denied: bad credentials\n")
                 return self.reply(401, {"error": "invalid_grant"})
-            scopes = " ".join(form.get("scope", [])).split()
-            self.issue(user, form.get("service", [""])[0], scopes)
+            offline = field("access_type") == "offline"
+            self.issue(user, service, scopes, refresh=refresh_token(user, service) if offline else None)
 
     ThreadingHTTPServer(("127.0.0.1", a.port), H).serve_forever()
 

@@ -14,7 +14,7 @@
 pub mod wire;
 
 use crate::config::CriPrincipal;
-use crate::credential::Credential;
+use crate::credential::{Credential, TokenForm};
 use crate::pull::{self, Puller};
 use crate::reference::Reference;
 use crate::snapshotter::{AdmissionFor, Snapshotter, SnapshotterError};
@@ -137,19 +137,24 @@ fn principal_of(mode: CriPrincipal, meta: Option<&cri::PodSandboxMetadata>) -> R
     Ok(p)
 }
 
-/// The credential of a PullImage: user name and password, or docker's base64 `auth`.
+/// The credential of a PullImage: an identity token (the refresh token of the registry's token
+/// service), a registry token (a bearer token), user name and password, or docker's base64
+/// `auth`. A token wins over a user name, as docker's does: a secret made from the config.json
+/// of a token login carries a placeholder user name beside it.
 fn credential_of(auth: Option<&cri::AuthConfig>) -> Result<Option<Credential>, Status> {
     let Some(a) = auth else { return Ok(None) };
     let bad = |why: &str| Status::invalid_argument(format!("pullgate: the pull secret's credential is unusable: {why}"));
-    let pair = if !a.username.is_empty() || !a.password.is_empty() {
-        format!("{}:{}", a.username, a.password)
-    } else if !a.auth.is_empty() {
-        let raw = base64::engine::general_purpose::STANDARD.decode(a.auth.trim()).map_err(|_| bad("auth is not base64"))?;
-        String::from_utf8(raw).map_err(|_| bad("auth is not USER:PASSWORD"))?
-    } else if !a.identity_token.is_empty() || !a.registry_token.is_empty() {
-        return Err(bad("identity and registry tokens are not supported; use a user name and password"));
-    } else {
-        return Ok(None);
+    let token = |form, t: &str| Credential::token(form, t.to_string()).map(Some).map_err(|e| bad(&e.to_string()));
+    let pair = match (a.identity_token.is_empty(), a.registry_token.is_empty()) {
+        (false, false) => return Err(bad("it holds both an identity token and a registry token; give one")),
+        (false, true) => return token(TokenForm::Identity, &a.identity_token),
+        (true, false) => return token(TokenForm::Registry, &a.registry_token),
+        (true, true) if !a.username.is_empty() || !a.password.is_empty() => format!("{}:{}", a.username, a.password),
+        (true, true) if !a.auth.is_empty() => {
+            let raw = base64::engine::general_purpose::STANDARD.decode(a.auth.trim()).map_err(|_| bad("auth is not base64"))?;
+            String::from_utf8(raw).map_err(|_| bad("auth is not USER:PASSWORD"))?
+        }
+        (true, true) => return Ok(None),
     };
     // Never the credential itself in the message.
     Credential::parse(&pair).map(Some).map_err(|_| bad("expected a user name and a password"))
@@ -562,14 +567,25 @@ mod tests {
         assert_eq!(principal_of(CriPrincipal::Namespace, Some(&m)).unwrap(), "team-a");
         assert_eq!(principal_of(CriPrincipal::Pod, Some(&m)).unwrap(), "team-a/web-0");
         assert_eq!(principal_of(CriPrincipal::Pod, None).unwrap(), "");
+        let user_of = |a: &cri::AuthConfig| match credential_of(Some(a)) {
+            Ok(Some(Credential::Password { user, .. })) => user,
+            other => panic!("{other:?}"),
+        };
         let user = cri::AuthConfig { username: "alice".into(), password: "s3cret".into(), ..Default::default() };
-        assert_eq!(credential_of(Some(&user)).unwrap().unwrap().user, "alice");
+        assert_eq!(user_of(&user), "alice");
         let b64 = cri::AuthConfig { auth: base64::engine::general_purpose::STANDARD.encode("bob:pw"), ..Default::default() };
-        assert_eq!(credential_of(Some(&b64)).unwrap().unwrap().user, "bob");
+        assert_eq!(user_of(&b64), "bob");
         assert!(credential_of(Some(&cri::AuthConfig::default())).unwrap().is_none());
+        // Tokens, beside the placeholder user name of a token login's config.json.
+        let guid = "00000000-0000-0000-0000-000000000000";
+        let it = cri::AuthConfig { username: guid.into(), identity_token: "s3cret-id".into(), ..Default::default() };
+        assert_eq!(credential_of(Some(&it)).unwrap(), Some(Credential::token(TokenForm::Identity, "s3cret-id".into()).unwrap()));
+        let rt = cri::AuthConfig { registry_token: "s3cret-rt".into(), ..Default::default() };
+        assert_eq!(credential_of(Some(&rt)).unwrap(), Some(Credential::token(TokenForm::Registry, "s3cret-rt".into()).unwrap()));
         for bad in [
             cri::AuthConfig { auth: "!!".into(), ..Default::default() },
-            cri::AuthConfig { identity_token: "t".into(), ..Default::default() },
+            cri::AuthConfig { identity_token: "s3cret t".into(), ..Default::default() },
+            cri::AuthConfig { identity_token: "s3cret".into(), registry_token: "s3cret".into(), ..Default::default() },
             cri::AuthConfig { username: String::new(), password: "s3cret".into(), ..Default::default() },
         ] {
             let e = credential_of(Some(&bad)).unwrap_err();

@@ -1,6 +1,8 @@
 //! registry: a client for the distribution API, for pulls and verifications at an origin.
 //! Basic auth and the token flow (401 -> `WWW-Authenticate: Bearer` -> token by OAuth2
-//! password-grant POST, falling back to GET with Basic), manifests and indexes with platform
+//! password-grant POST, falling back to GET with Basic; an identity token by the OAuth2
+//! refresh-token grant POST, with no fallback; a registry token sent as the bearer token as it
+//! is), manifests and indexes with platform
 //! selection and a size cap, blob HEAD and streamed GETs checked against their digest,
 //! redirects followed by hand so credentials never go to another host. Errors keep apart what
 //! the gate must tell apart: bad credential, no access, not found, unavailable, digest mismatch.
@@ -31,8 +33,17 @@ application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docke
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    #[error("registry {host} rejected the credentials of user {user:?}")]
-    BadCredential { host: String, user: String },
+    /// `credential` is [`Credential::describe`]: never the secret.
+    #[error("registry {host} rejected {credential}")]
+    BadCredential { host: String, credential: String },
+    /// The token service refused an identity token (OAuth2 `invalid_grant` and the like);
+    /// `reason` names the cause as far as the token service told it.
+    #[error("the token service of registry {host} refused the identity token: {reason}")]
+    TokenRefused { host: String, reason: String },
+    /// The credential's form cannot be used with this registry (no refresh-token grant at its
+    /// token service, a token where only Basic authentication is offered).
+    #[error("registry {host} cannot use {credential}: {reason}")]
+    UnusableCredential { host: String, credential: String, reason: String },
     #[error("registry {host} requires credentials for {repo} (none given)")]
     AuthRequired { host: String, repo: String },
     #[error("the credentials give no access to {host}/{repo}")]
@@ -55,7 +66,7 @@ impl RegistryError {
     /// The result class of a pull or verify that failed so (a metrics label).
     pub fn outcome(&self) -> &'static str {
         match self {
-            RegistryError::BadCredential { .. } | RegistryError::AuthRequired { .. } => "unauthenticated",
+            RegistryError::BadCredential { .. } | RegistryError::AuthRequired { .. } | RegistryError::TokenRefused { .. } => "unauthenticated",
             RegistryError::NoAccess { .. } => "denied",
             RegistryError::NotFound { .. } => "not_found",
             RegistryError::Unavailable { .. } => "unavailable",
@@ -196,16 +207,29 @@ impl Session {
     }
     fn bad_credential(&self) -> RegistryError {
         match &self.cred {
-            Some(c) => RegistryError::BadCredential { host: self.host.clone(), user: c.user.clone() },
+            Some(c) => RegistryError::BadCredential { host: self.host.clone(), credential: c.describe() },
             None => RegistryError::AuthRequired { host: self.host.clone(), repo: self.repo.clone() },
         }
     }
 
-    fn basic_header(&self) -> Option<String> {
-        self.cred.as_ref().map(|c| {
-            let raw = format!("{}:{}", c.user, c.secret.expose());
-            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(raw))
-        })
+    fn unusable(&self, reason: &str) -> RegistryError {
+        let credential = self.cred.as_ref().map(Credential::describe).unwrap_or_default();
+        RegistryError::UnusableCredential { host: self.host.clone(), credential, reason: reason.into() }
+    }
+
+    /// The Basic header of a user name and password; None without a credential. A token
+    /// cannot answer Basic authentication.
+    fn basic_header(&self) -> Result<Option<String>> {
+        match &self.cred {
+            None => Ok(None),
+            Some(Credential::Password { user, secret }) => {
+                let raw = format!("{user}:{}", secret.expose());
+                Ok(Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(raw))))
+            }
+            Some(Credential::IdentityToken(_) | Credential::RegistryToken(_)) => {
+                Err(self.unusable("it asks for a user name and password (Basic authentication), which a token cannot answer"))
+            }
+        }
     }
 
     /// Sends one request to the registry, going through the auth dance as needed, following
@@ -225,8 +249,15 @@ impl Session {
                         .and_then(parse_challenge)
                         .ok_or_else(|| self.protocol("401 without a usable WWW-Authenticate challenge"))?;
                     if self.authenticated {
-                        // Our credentials (or token for them) were used and still refused.
+                        // Our credentials (or token for them) were used and still refused. A
+                        // registry token is the bearer token itself: `invalid_token` refuses it
+                        // (expired, or issued by another service), anything else is a scope.
+                        let registry_token = matches!(self.cred, Some(Credential::RegistryToken(_)));
                         return Err(match (&challenge.scheme, challenge.error.as_deref()) {
+                            (Scheme::Bearer, Some("invalid_token")) if registry_token => RegistryError::BadCredential {
+                                host: self.host.clone(),
+                                credential: "the registry token (invalid_token: expired, or not issued for this registry)".into(),
+                            },
                             (Scheme::Bearer, _) => self.no_access(),
                             (Scheme::Basic, _) => self.bad_credential(),
                         });
@@ -284,7 +315,11 @@ impl Session {
     async fn authenticate(&mut self, ch: &Challenge) -> Result<()> {
         match ch.scheme {
             Scheme::Basic => {
-                self.authz = Some(self.basic_header().ok_or_else(|| self.bad_credential())?);
+                self.authz = Some(self.basic_header()?.ok_or_else(|| self.bad_credential())?);
+            }
+            Scheme::Bearer if matches!(self.cred, Some(Credential::RegistryToken(_))) => {
+                let token = self.cred.as_ref().map(|c| c.secret().expose()).unwrap_or_default();
+                self.authz = Some(format!("Bearer {token}"));
             }
             Scheme::Bearer => {
                 let scope = ch.scope.clone().unwrap_or_else(|| format!("repository:{}:pull", self.repo));
@@ -303,30 +338,36 @@ impl Session {
         }
         let service = ch.service.clone().unwrap_or_default();
         let tokens = self.http.clone();
-        let mut resp = None;
-        if let Some(c) = &self.cred {
-            // OAuth2 password grant, as containerd does when it has a secret.
-            let form = [
-                ("grant_type", "password"),
-                ("username", c.user.as_str()),
-                ("password", c.secret.expose()),
-                ("service", service.as_str()),
-                ("scope", scope),
-                ("client_id", "pullgate"),
-            ];
-            let r = tokens.post(realm.clone()).timeout(self.total).form(&form).send().await.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))?;
-            if !matches!(r.status(), StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED | StatusCode::BAD_REQUEST) {
-                resp = Some(r);
+        let post = |form: Vec<(&'static str, &str)>| {
+            let req = tokens.post(realm.clone()).timeout(self.total).form(&form);
+            async move {
+                let r = req.send().await;
+                crate::metrics::record_request("token", r.as_ref().ok().map(|r| r.status().as_u16()));
+                r.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))
             }
-        }
+        };
+        let common = [("service", service.as_str()), ("scope", scope), ("client_id", "pullgate")];
+        let resp = match &self.cred {
+            // OAuth2 refresh-token grant, as containerd and docker use an identity token. There
+            // is no other way to present one: no fallback.
+            Some(Credential::IdentityToken(t)) => {
+                let r = post([vec![("grant_type", "refresh_token"), ("refresh_token", t.expose())], common.to_vec()].concat()).await?;
+                return self.refresh_answer(r).await;
+            }
+            // OAuth2 password grant, as containerd does when it has a secret; GET with Basic
+            // where the token service has no POST.
+            Some(Credential::Password { user, secret }) => {
+                let r = post([vec![("grant_type", "password"), ("username", user.as_str()), ("password", secret.expose())], common.to_vec()].concat()).await?;
+                if matches!(r.status(), StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED | StatusCode::BAD_REQUEST) { None } else { Some(r) }
+            }
+            // (A registry token never reaches the token service.)
+            Some(Credential::RegistryToken(_)) | None => None,
+        };
         let resp = match resp {
-            Some(r) => {
-                crate::metrics::record_request("token", Some(r.status().as_u16()));
-                r
-            }
+            Some(r) => r,
             None => {
                 let mut req = tokens.get(realm).timeout(self.total).query(&[("service", service.as_str()), ("scope", scope)]);
-                if let Some(b) = self.basic_header() {
+                if let Some(b) = self.basic_header()? {
                     req = req.header(header::AUTHORIZATION, b);
                 }
                 let r = req.send().await;
@@ -340,13 +381,51 @@ impl Session {
             s if s.is_server_error() => return Err(self.unavailable(format!("token server: HTTP {s}"))),
             s => return Err(self.protocol(format!("token server answered HTTP {s}"))),
         }
+        self.token_of(resp).await
+    }
+
+    /// The token service's answer to a refresh-token grant: the token, or a refusal naming the
+    /// cause (OAuth2's error code and, when it quotes nothing secret, its description).
+    async fn refresh_answer(&self, resp: reqwest::Response) -> Result<String> {
+        let status = resp.status();
+        if status.is_success() {
+            return self.token_of(resp).await;
+        }
+        if status.is_server_error() {
+            return Err(self.unavailable(format!("token server: HTTP {status}")));
+        }
+        if matches!(status, StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED) {
+            return Err(self.unusable(&format!("its token service does not take OAuth2 token requests (HTTP {status} to POST), so it has no refresh-token grant")));
+        }
+        let body = read_capped(resp, MAX_TOKEN_RESPONSE).await.map_err(|e| self.token_read_error(e))?;
+        let secret = self.cred.as_ref().map(|c| c.secret().expose()).unwrap_or_default();
+        let (code, description) = oauth_error(&body, secret);
+        let told = match (&code, &description) {
+            (Some(c), Some(d)) => format!("{c}: {d}"),
+            (Some(c), None) => c.clone(),
+            (None, _) => format!("HTTP {status}"),
+        };
+        Err(match code.as_deref() {
+            Some("unsupported_grant_type") => self.unusable(&format!("its token service does not support the OAuth2 refresh-token grant ({told})")),
+            // Without the token service's description, what the grant's refusal can mean.
+            Some("invalid_grant") | None if description.is_none() && matches!(status, StatusCode::BAD_REQUEST | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+                RegistryError::TokenRefused { host: self.host.clone(), reason: format!("{told} (expired, revoked, or issued for another service or client)") }
+            }
+            _ => RegistryError::TokenRefused { host: self.host.clone(), reason: told },
+        })
+    }
+
+    /// The token in a token service's successful answer.
+    async fn token_of(&self, resp: reqwest::Response) -> Result<String> {
         let body = read_capped(resp, MAX_TOKEN_RESPONSE).await.map_err(|e| self.token_read_error(e))?;
         #[derive(serde::Deserialize)]
         struct TokenResponse {
             token: Option<String>,
             access_token: Option<String>,
         }
-        let t: TokenResponse = serde_json::from_slice(&body).map_err(|e| self.protocol(format!("token response: {e}")))?;
+        // serde_json's messages may quote a value: only the position is said.
+        let t: TokenResponse = serde_json::from_slice(&body)
+            .map_err(|e| self.protocol(format!("token response is not the JSON of a token (line {} column {})", e.line(), e.column())))?;
         let token = t.access_token.or(t.token).filter(|t| !t.is_empty()).ok_or_else(|| self.protocol("token response has no token"))?;
         if token.chars().any(|c| c.is_control() || c.is_whitespace()) {
             return Err(self.protocol("token contains whitespace or control characters"));
@@ -552,6 +631,23 @@ async fn read_capped(resp: reqwest::Response, cap: usize) -> std::result::Result
         out.extend_from_slice(&c);
     }
     Ok(out)
+}
+
+/// An OAuth2 error answer (RFC 6749 5.2): its `error` code and `error_description`, each only
+/// when it is short printable text that does not hold `secret` (a token service may echo what
+/// it was sent; messages never quote a credential).
+fn oauth_error(body: &[u8], secret: &str) -> (Option<String>, Option<String>) {
+    #[derive(serde::Deserialize)]
+    struct OAuthError {
+        error: Option<String>,
+        error_description: Option<String>,
+    }
+    let Ok(e) = serde_json::from_slice::<OAuthError>(body) else { return (None, None) };
+    let clean = |s: Option<String>| {
+        s.filter(|s| !s.is_empty() && s.len() <= 200 && s.chars().all(|c| c.is_ascii_graphic() || c == ' '))
+            .filter(|s| secret.is_empty() || !s.contains(secret))
+    };
+    (clean(e.error), clean(e.error_description))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
