@@ -391,6 +391,42 @@ if [ "$V" = 2.1 ]; then
 fi
 
 if [ "$V" = 2.1 ]; then
+  log "5h. race: another pod's image volume of team-a's image prepared while team-a's containers are created (30 rounds)"
+  # The attacker's pod goes straight to containerd (as a kubelet bypassing the front would), so its
+  # image volume's Prepare is one the front never decided; team-a's creations through the front
+  # have their admissions on offer meanwhile. It must never take one.
+  run_pod direct evil-v team-c || fail "5h: RunPodSandbox (direct) for team-c/evil-v"; SID_EV=$SID
+  leaks=0; victim_ok=0; log_from=$(wc -l < "$PG/log")
+  for r in $(seq 1 30); do
+    run_in front app-a team-a "$SID_A" "race-a$r" "$PRIV" > "$WORK/race-a$r.out" 2>&1 & pa=$!
+    run_in direct evil-v team-c "$SID_EV" "race-c$r" "$PUB" "cat /vol/msg" "$(vol "$PRIV")" > "$WORK/race-c$r.out" 2>&1 & pc=$!
+    run_in direct evil-v team-c "$SID_EV" "race-d$r" "$PUB" "cat /vol/msg" "$(vol "$PRIV")" > "$WORK/race-d$r.out" 2>&1 & pd=$!
+    wait $pa $pc $pd
+    grep -qF "$PRIVMSG" "$WORK/race-c$r.out" "$WORK/race-d$r.out" && leaks=$((leaks + 1))
+    grep -qF "$PRIVMSG" "$WORK/race-a$r.out" && victim_ok=$((victim_ok + 1))
+  done
+  # Overlap, from pullgate's own log: attacker volume Prepares made while one of team-a's
+  # admissions was decided and its rootfs not yet prepared.
+  overlap=$(tail -n +"$((log_from + 1))" "$PG/log" | python3 -c '
+import re, sys
+sb, opened, n = sys.argv[1], 0, 0
+for line in sys.stdin:
+    if "CRI CreateContainer admitted" in line and "principal=team-a" in line: opened += 1
+    elif "create snapshot" in line:
+        k = re.search(r"key=\"?([^\" ]+)", line)
+        k = k.group(1) if k else ""
+        if re.search(r"/[0-9a-f]{64}$", k) and "principal=team-a" in line: opened = max(0, opened - 1)
+        elif "image-volumes/" + sb + "/" in k and opened > 0: n += 1
+print(n)' "$SID_EV")
+  check "5h: in 30 rounds no attacker volume showed team-a's private file (leaks: $leaks)" test "$leaks" -eq 0
+  check "5h: and none of attacker's containers got created with it ($(grep -l "$PRIVMSG" "$WORK"/race-[cd]*.out 2>/dev/null | wc -l) outputs)" \
+    test "$(cat "$WORK"/race-[cd]*.out | grep -c 'pullgate denied')" -ge 30
+  check "5h: team-a's 30 containers all ran ($victim_ok)" test "$victim_ok" -eq 30
+  check "5h: the operations overlapped: $overlap attacker volume Prepares came while a team-a admission was open" test "${overlap:-0}" -ge 1
+  front StopPodSandbox "{\"pod_sandbox_id\":\"$SID_EV\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$SID_EV\"}" >/dev/null 2>&1
+fi
+
+if [ "$V" = 2.1 ]; then
   log "5g. user-namespace pods (hostUsers: false; containerd 2.1 with runc 1.2)"
   # containerd copies the image's chain as <id>-remap (chowned into the pod's range), commits it,
   # and prepares the container on the copy: decided as the chain, for the pod's principal. (A
