@@ -404,6 +404,12 @@ impl WriteTx {
         Ok(self.0.open_table(ADMITTED)?.get(key)?.map(|v| v.value().to_string()))
     }
 
+    /// Forgets the principal snapshot `key` was admitted for.
+    pub fn remove_admitted(&mut self, key: &str) -> Result<(), StoreError> {
+        self.0.open_table(ADMITTED)?.remove(key)?;
+        Ok(())
+    }
+
     /// Records that snapshot `key` was prepared on the CRI front's admission for `principal`.
     pub fn set_admitted(&mut self, key: &str, principal: &str) -> Result<(), StoreError> {
         self.0.open_table(ADMITTED)?.insert(key, principal)?;

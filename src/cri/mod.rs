@@ -311,8 +311,26 @@ impl Front {
             .iter()
             .map(|c| (c, self.snap.admit(CRI_NAMESPACE, c, &principal, AdmissionFor::Volume { sandbox: sandbox.clone() }, None)))
             .collect();
-        let resp = self.forward_unary(CREATE_CONTAINER, meta, stripped).await?;
-        let created: cri::CreateContainerResponse = decode("CreateContainer response", resp.get_ref())?;
+        let forwarded = self.forward_unary(CREATE_CONTAINER, meta, stripped).await;
+        let created_id = match &forwarded {
+            Ok(resp) => Some(decode::<cri::CreateContainerResponse>("CreateContainer response", resp.get_ref())?.container_id),
+            Err(_) => None,
+        };
+        // A rootfs admission consumed by a Prepare that is not this container's (a client of
+        // containerd's own socket racing the front): that snapshot loses the principal it took,
+        // so its container cannot start on it (Mounts decides again without one).
+        let stolen = rootfs.as_ref().and_then(|a| a.consumer()).filter(|k| Some(crate::snapshotter::name_of_key(k)) != created_id.as_deref());
+        if let Some(k) = &stolen {
+            tracing::warn!(pod = %pod_name, snapshot = %k, "CRI CreateContainer: another Prepare took this container's rootfs admission; withdrawing its principal");
+            let snap = self.snap.clone();
+            let key = k.clone();
+            tokio::task::spawn_blocking(move || snap.withdraw_admitted(&key))
+                .await
+                .map_err(|e| Status::internal(format!("pullgate: withdrawing an admission failed: {e}")))?
+                .map_err(|e| refusal(e, &pod_name, "(rootfs)", &principal))?;
+        }
+        let resp = forwarded?;
+        let created = cri::CreateContainerResponse { container_id: created_id.unwrap_or_default() };
         let mut undone = Vec::new();
         if let Some(a) = &rootfs {
             let consumer = a.consumer();

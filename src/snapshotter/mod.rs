@@ -475,6 +475,12 @@ impl Snapshotter {
         Ok((principal, false))
     }
 
+    /// Takes back the principal snapshot `key` was prepared under (an admission it took that
+    /// was not made for it): from now on it is decided, at Mounts, as having none.
+    pub fn withdraw_admitted(&self, key: &str) -> Result<()> {
+        self.store.write(|tx| -> Result<()> { Ok(tx.remove_admitted(key)?) })
+    }
+
     /// Whether pod `sandbox` holds an image volume on chain `chain` in `namespace` prepared
     /// under an admission for `principal` (containerd reuses a mounted image volume for the
     /// pod's later containers without a new Prepare).
@@ -1212,6 +1218,9 @@ mod tests {
             s.prepare(&c4, &parent, Labels::new(), None).unwrap();
             assert_eq!((vol.consumer().as_deref(), root.consumer()), (Some(v), Some(c4.clone())));
             assert_eq!(admitted(v).as_deref(), Some("team-b"));
+            // The front takes a principal back from a Prepare that took an admission not its own.
+            s.withdraw_admitted(&c4).unwrap();
+            assert_eq!(admitted(&c4), None);
             assert!(s.volume_admitted("k8s.io", "sb", &chain, "team-b").unwrap());
             assert!(!s.volume_admitted("k8s.io", "sb", &chain, "team-x").unwrap());
             assert!(!s.volume_admitted("k8s.io", "other", &chain, "team-b").unwrap());
