@@ -154,6 +154,13 @@ impl Config {
                 .and_then(parse_duration_secs)
                 .map(|s| (s as i64).saturating_mul(1_000_000_000)),
             require_principal: self.namespaces_requiring_principal(),
+            tenant_principals: {
+                let mut t = self.namespaces_requiring_principal();
+                if self.cri.enable {
+                    t.insert(CRI_NAMESPACE.to_string());
+                }
+                t
+            },
         }
     }
 

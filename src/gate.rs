@@ -31,6 +31,10 @@ pub struct GateConfig {
     /// Grants older than this (nanoseconds) no longer count.
     pub reverify_after_ns: Option<i64>,
     pub require_principal: HashSet<String>,
+    /// Namespaces whose principals are separate tenants (`k8s.io` under the CRI front, where
+    /// each pod's namespace is one, and every namespace that requires principals): a refusal
+    /// there names an image only from a grant of the requesting principal itself.
+    pub tenant_principals: HashSet<String>,
 }
 
 /// Who asks.
@@ -376,13 +380,14 @@ impl Gate {
         Ok(out)
     }
 
-    /// A name of an image containing layer `d` that the requester itself verified (a grant of
-    /// its own principal, or a namespace-wide one where the namespace does not require
-    /// principals), as fetched from that grant's origin, for the message; never a name another
-    /// tenant, or another principal of the namespace (another pod), fetched it as.
+    /// A name of an image containing layer `d` that the requester itself verified (any grant of
+    /// its namespace; where principals are separate tenants, a grant of its own principal only),
+    /// as fetched from that grant's origin, for the message; never a name another tenant, or
+    /// another pod, fetched it as.
     fn own_image_name(&self, tx: &impl LedgerRead, s: &Subject, grants: &mut GrantView, d: &LayerId) -> Result<Option<String>, StoreError> {
         for i in 0..grants.entries.len() {
-            if self.principal_ok(s, &grants.entries[i], true) && grants.covers(tx, i, d)?.is_some() {
+            let own = !self.cfg.tenant_principals.contains(s.namespace) || self.principal_ok(s, &grants.entries[i], true);
+            if own && grants.covers(tx, i, d)?.is_some() {
                 if let Some(rec) = ledger::manifest(tx, &grants.entries[i].manifest)? {
                     let origin = grants.entries[i].origin.as_str();
                     if let Some((_, n)) = rec.names.iter().map(|e| ledger::split_name(e)).find(|(o, _)| *o == Some(origin)) {
@@ -587,13 +592,18 @@ mod tests {
             record_manifest(tx, &d('m'), &ManifestRec { config: d('C'), layers: vec![d('A'), d('B')], diff_ids: vec![d('a'), d('b')], origins: [other.to_string()].into(), names: [ledger::name_entry(other, &format!("{other}:v1"))].into() })
         })
         .unwrap();
-        // Namespace n verified it at ORIGIN for principal p1; p2 is refused, and told no name:
-        // p1's grant is another pod's, not p2's.
+        // Namespace n verified it at ORIGIN for principal p1; p2 is refused, and told the name
+        // its namespace fetched it as (one tenant, several principals).
         grant(&s, "n", "p1", ORIGIN, 1);
         let m = s.read(|tx| Ok::<_, StoreError>(denied(gate(Policy::NeverVerifyPreloadedImages).use_chain(tx, &subj("n", "p2"), &chain_ab())))).unwrap();
+        assert!(m.contains(&format!("{ORIGIN}:v1")) && !m.contains("aaa/copy"), "{m}");
+        // Where principals are tenants of their own (k8s.io's pods), p2 is told no name: p1's
+        // grant is another pod's.
+        let pods = Gate::new(GateConfig { tenant_principals: ["n".to_string()].into(), ..Default::default() });
+        let m = s.read(|tx| Ok::<_, StoreError>(denied(pods.use_chain(tx, &subj("n", "p2"), &chain_ab())))).unwrap();
         assert!(!m.contains("private/app") && !m.contains("aaa/copy") && m.contains(" IMAGE"), "{m}");
         // p1 itself, refused once its grant is stale, is told the name it fetched.
-        let stale = Gate::new(GateConfig { reverify_after_ns: Some(1), ..Default::default() });
+        let stale = Gate::new(GateConfig { reverify_after_ns: Some(1), tenant_principals: ["n".to_string()].into(), ..Default::default() });
         let m = s.read(|tx| Ok::<_, StoreError>(denied(stale.use_chain(tx, &subj("n", "p1"), &chain_ab())))).unwrap();
         assert!(m.contains(&format!("{ORIGIN}:v1")) && !m.contains("aaa/copy") && m.contains("older than"), "{m}");
     }

@@ -366,3 +366,44 @@ fn a_registry_token_is_the_bearer_token_as_it_is() {
     }
     assert!(log.lock().unwrap().iter().all(|s| s.authorization.is_none()));
 }
+
+#[test]
+fn a_token_service_echoing_the_token_encoded_cut_or_in_another_case_is_not_repeated() {
+    // (red team: the description was dropped only when it held the token exactly)
+    let echoes: [fn() -> Reply; 4] = [
+        || reply(400, &[], br#"{"error":"invalid_grant","error_description":"bad token Tok-3c8e1a%2Drefresh"}"#),
+        || reply(400, &[], br#"{"error":"invalid_grant","error_description":"bad TOK-3C8E1A-REFRESH"}"#),
+        || reply(400, &[], br#"{"error":"invalid_grant","error_description":"bad 3c8e1a-ref..."}"#),
+        || reply(400, &[], br#"{"error":"Tok-3c8e1a-refres","error_description":"x"}"#),
+    ];
+    for (i, answer) in echoes.into_iter().enumerate() {
+        let (port, _) = token_registry(answer);
+        let e = rt().block_on(session_with(port, "a/b", identity_token()).get_manifest("v1")).unwrap_err();
+        let msg = e.to_string().to_ascii_lowercase();
+        assert!(matches!(e, RegistryError::TokenRefused { .. }), "{i}: {e}");
+        for run in ["3c8e1a", "c8e1a-re", "c8e1a%2dr", "tok-3c8e"] {
+            assert!(!msg.contains(run), "{i}: {run} in {msg}");
+        }
+    }
+}
+
+#[test]
+fn a_host_the_registry_redirects_to_gets_no_credentials_when_it_asks() {
+    // A blob store that answers the redirected GET with its own challenge, naming a realm of its
+    // own: neither the password nor the identity token may go there (red team finding).
+    let (realm, realm_log) = serve("127.0.0.3", Arc::new(|_: &Seen, _| reply(200, &[], br#"{"token":"stolen"}"#)));
+    let (store, _) = serve("127.0.0.2", Arc::new(move |_: &Seen, _| {
+        let ch = format!(r#"Bearer realm="http://127.0.0.3:{realm}/token",service="cdn""#);
+        reply(401, &[("WWW-Authenticate", ch.as_str())], b"")
+    }));
+    let (port, _) = serve("127.0.0.1", Arc::new(move |_: &Seen, _| {
+        Reply::Full { status: 307, headers: vec![("Location".into(), format!("http://127.0.0.2:{store}/blob"))], body: vec![] }
+    }));
+    let digest = format!("sha256:{}", hex_sha256(b"xx"));
+    for cred in [Credential::parse("u:Victim-Password-456").ok(), identity_token()] {
+        let e = rt().block_on(async { session_with(port, "a/b", cred).open_blob(&digest, 2).await.map(|_| ()) }).unwrap_err();
+        assert!(e.to_string().contains("offers them only to the registry itself"), "{e}");
+    }
+    let seen = realm_log.lock().unwrap();
+    assert!(seen.is_empty(), "the redirect target's realm was asked: {seen:?}");
+}

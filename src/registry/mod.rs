@@ -242,6 +242,14 @@ impl Session {
             let resp = self.send_following(method.clone(), &url, accept, whole).await?;
             match resp.status() {
                 StatusCode::UNAUTHORIZED => {
+                    // Only the registry's own challenge is answered: a host it redirected to (a
+                    // blob store, a CDN) gets no credential, nor does the realm it would name.
+                    if !same_origin(resp.url(), &self.base) {
+                        return Err(self.protocol(format!(
+                            "{method} {path}: a host the registry redirected to ({}) asks for credentials; pullgate offers them only to the registry itself",
+                            resp.url().host_str().unwrap_or("?")
+                        )));
+                    }
                     let challenge = resp
                         .headers()
                         .get(header::WWW_AUTHENTICATE)
@@ -636,6 +644,18 @@ async fn read_capped(resp: reqwest::Response, cap: usize) -> std::result::Result
 /// An OAuth2 error answer (RFC 6749 5.2): its `error` code and `error_description`, each only
 /// when it is short printable text that does not hold `secret` (a token service may echo what
 /// it was sent; messages never quote a credential).
+/// Whether `url` is at the origin (scheme, host, port) of the endpoint base URL `base`.
+fn same_origin(url: &reqwest::Url, base: &str) -> bool {
+    url::Url::parse(base).is_ok_and(|b| b.origin() == url.origin())
+}
+
+/// The OAuth2 error codes (RFC 6749 5.2) a token service's refusal is reported by.
+const OAUTH_ERRORS: [&str; 6] = ["invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type", "invalid_scope"];
+
+/// A token service's refusal, as far as it can be repeated: its `error` when it is one of the
+/// OAuth2 codes, and its `error_description` when it is short printable ASCII that shares no run
+/// of 8 characters with the secret as sent, percent-encoded, or in another case (a service may
+/// echo what it was sent, encoded or cut).
 fn oauth_error(body: &[u8], secret: &str) -> (Option<String>, Option<String>) {
     #[derive(serde::Deserialize)]
     struct OAuthError {
@@ -643,11 +663,32 @@ fn oauth_error(body: &[u8], secret: &str) -> (Option<String>, Option<String>) {
         error_description: Option<String>,
     }
     let Ok(e) = serde_json::from_slice::<OAuthError>(body) else { return (None, None) };
-    let clean = |s: Option<String>| {
-        s.filter(|s| !s.is_empty() && s.len() <= 200 && s.chars().all(|c| c.is_ascii_graphic() || c == ' '))
-            .filter(|s| secret.is_empty() || !s.contains(secret))
-    };
-    (clean(e.error), clean(e.error_description))
+    let code = e.error.filter(|c| OAUTH_ERRORS.contains(&c.as_str()));
+    let description = e
+        .error_description
+        .filter(|s| !s.is_empty() && s.len() <= 200 && s.chars().all(|c| c.is_ascii_graphic() || c == ' '))
+        .filter(|s| !echoes(s, secret));
+    (code, description)
+}
+
+/// Whether `text` repeats 8 or more consecutive characters of `secret`, as it is, percent-encoded
+/// (form or URL encoding), ignoring case.
+fn echoes(text: &str, secret: &str) -> bool {
+    const RUN: usize = 8;
+    if secret.is_empty() {
+        return false;
+    }
+    let text = text.to_ascii_lowercase();
+    let encoded: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+    let pct = encoded.replace('+', "%20");
+    [secret.to_string(), encoded, pct].iter().any(|form| {
+        let form = form.to_ascii_lowercase();
+        let chars: Vec<char> = form.chars().collect();
+        if chars.len() < RUN {
+            return text.contains(&form);
+        }
+        chars.windows(RUN).any(|w| text.contains(&w.iter().collect::<String>()))
+    })
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
