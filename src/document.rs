@@ -354,18 +354,22 @@ fn normalize_arch(arch: &str, variant: &str) -> (String, String) {
     }
 }
 
-/// Whether `p` is platform `os/arch[/variant]` (no variant: any) as containerd matches
-/// platforms: OS case-insensitively, architecture aliases normalised.
+/// Whether `p` is platform `os/arch[/variant]` as containerd's `platforms.Only` matches it
+/// first: OS case-insensitively, architecture and variant normalised (`x86_64` is `amd64`,
+/// `amd64/v1` is `amd64`, `arm64/v8` is `arm64`, no variant on `arm` is `v7`) and then equal, so
+/// `linux/amd64` is not `linux/amd64/v3` (containerd would not choose that entry either).
+/// containerd's fallbacks (an older variant, `386` on `amd64`, entries without a platform) are
+/// never chosen: where an index has no exact entry, pullgate finds none and fails closed.
 pub fn platform_matches(p: &oci_spec::image::Platform, os: &str, arch: &str, variant: Option<&str>) -> bool {
-    let (want_arch, want_variant) = normalize_arch(arch, variant.unwrap_or(""));
-    let (a, v) = normalize_arch(&p.architecture().to_string(), p.variant().as_deref().unwrap_or(""));
-    p.os().to_string().eq_ignore_ascii_case(os) && a == want_arch && (variant.is_none() || v == want_variant)
+    let want = normalize_arch(arch, variant.unwrap_or(""));
+    let got = normalize_arch(&p.architecture().to_string(), p.variant().as_deref().unwrap_or(""));
+    p.os().to_string().eq_ignore_ascii_case(os) && got == want
 }
 
-/// The entry of `idx` for `platform` (`os/arch[/variant]`, no variant: any), matched as
-/// containerd matches platforms (OS case-insensitively, architecture aliases normalised). Two
-/// entries of different digests that both match are refused: containerd orders candidates by
-/// its own preferences, and pullgate must decide the same image containerd would run.
+/// The entry of `idx` for `platform` (`os/arch[/variant]`), matched as containerd matches
+/// platforms ([`platform_matches`]). Two entries of different digests that both match are
+/// refused: containerd orders equal candidates by its own preferences, and pullgate must decide
+/// the same image containerd would run.
 pub fn select_platform<'a>(idx: &'a oci_spec::image::ImageIndex, os: &str, arch: &str, variant: Option<&str>) -> Result<Option<&'a oci_spec::image::Descriptor>> {
     let mut found: Vec<&oci_spec::image::Descriptor> = Vec::new();
     for d in idx.manifests() {
@@ -467,6 +471,10 @@ mod tests {
             format!(r#"{{"mediaType":"{OCI_MANIFEST}","digest":"{d}","size":1,"platform":{{"os":"linux","architecture":"{arch}"{v}}}}}"#)
         };
         let idx = |entries: &[String]| index(format!(r#"{{"schemaVersion":2,"manifests":[{}]}}"#, entries.join(",")).as_bytes(), OCI_INDEX).unwrap();
+        // A normal multi-variant image: amd64 and amd64/v3 are different platforms to containerd.
+        let variants = idx(&[entry(LAYER, "amd64", ""), entry(OTHER, "amd64", "v3")]);
+        assert_eq!(select_platform(&variants, "linux", "amd64", None).unwrap().unwrap().digest().to_string(), LAYER);
+        assert_eq!(select_platform(&variants, "linux", "amd64", Some("v3")).unwrap().unwrap().digest().to_string(), OTHER);
         let one = idx(&[entry(LAYER, "amd64", ""), entry(OTHER, "arm64", "v8")]);
         assert_eq!(select_platform(&one, "linux", "amd64", None).unwrap().unwrap().digest().to_string(), LAYER);
         assert_eq!(select_platform(&one, "linux", "arm64", None).unwrap().unwrap().digest().to_string(), OTHER);
