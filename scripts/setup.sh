@@ -8,7 +8,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
 APT_OPTS=(-o DPkg::Lock::Timeout=600)
 PKGS=(containerd runc docker-registry apache2-utils skopeo busybox-static protobuf-compiler
-      golang-go golang-github-containerd-containerd-dev jq curl python3 bc python3-jwt python3-cryptography openssl)
+      golang-go golang-github-containerd-containerd-dev jq curl python3 bc python3-jwt python3-cryptography openssl
+      containernetworking-plugins iptables)
 
 if [ "$(id -u)" != 0 ]; then echo "setup.sh: must run as root (containerd and mounts need it)" >&2; exit 1; fi
 
@@ -50,6 +51,49 @@ fetch_containerd trixie
 fetch_containerd sid
 ln -sfn "$DEPS/containerd-trixie" "$DEPS/containerd-1.7"
 ln -sfn "$DEPS/containerd-sid" "$DEPS/containerd-2.1"
+
+# Real clients, built once from their released Go modules (the Go module proxy, through Go's
+# default GOPROXY) with the machine's Go 1.26, into $DEPS/<tool>-<version>/ and reused:
+#   nerdctl (github.com/containerd/nerdctl/v2) for tests/e2e_clients.sh;
+#   crictl and critest (sigs.k8s.io/cri-tools) for tests/e2e_crictl.sh and tests/critest.sh.
+# `go install MOD/cmd/X@V` refuses a module whose go.mod has replace lines (nerdctl's has one,
+# for its test framework, a nested module the module zip leaves out): so the module is
+# downloaded, copied and built inside its own directory. nerdctl's cmd/nerdctl/helpers keeps
+# two test helpers in a non-test file (testing_linux.go) that import that framework; they are
+# used by tests only, and the copy drops that file before building.
+NERDCTL_VERSION=v2.1.3
+CRI_TOOLS_VERSION=v1.37.0
+GO=${GO:-/usr/local/go/bin/go}
+go_module_dir() { # MODULE@VERSION -> a writable copy of the module's source (printed)
+  local src dst=$DEPS/src/${1//\//_}
+  src=$("$GO" mod download -json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error")))')
+  rm -rf "$dst"; mkdir -p "$DEPS/src"; cp -r "$src" "$dst"; chmod -R u+w "$dst"; echo "$dst"
+}
+build_go_tools() {
+  [ -x "$GO" ] || { echo "setup: $GO not found (Go 1.26 is needed to build nerdctl, crictl and critest)" >&2; return 1; }
+  export CGO_ENABLED=0 GOFLAGS=-mod=mod
+  local d out
+  out=$DEPS/nerdctl-$NERDCTL_VERSION
+  if [ ! -x "$out/nerdctl" ]; then
+    echo "setup: building nerdctl $NERDCTL_VERSION"
+    d=$(go_module_dir "github.com/containerd/nerdctl/v2@$NERDCTL_VERSION")
+    rm -f "$d/cmd/nerdctl/helpers/testing_linux.go"
+    mkdir -p "$out.tmp"
+    (cd "$d" && "$GO" build -o "$out.tmp/nerdctl" ./cmd/nerdctl) && rm -rf "$out" && mv "$out.tmp" "$out"
+    rm -rf "$d"
+  fi
+  out=$DEPS/cri-tools-$CRI_TOOLS_VERSION
+  if [ ! -x "$out/crictl" ] || [ ! -x "$out/critest" ]; then
+    echo "setup: building crictl and critest $CRI_TOOLS_VERSION"
+    d=$(go_module_dir "sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION")
+    mkdir -p "$out.tmp"
+    (cd "$d" && "$GO" build -o "$out.tmp/crictl" ./cmd/crictl && "$GO" test -c -o "$out.tmp/critest" ./cmd/critest) \
+      && rm -rf "$out" && mv "$out.tmp" "$out"
+    rm -rf "$d"
+  fi
+  "$DEPS/nerdctl-$NERDCTL_VERSION/nerdctl" --version && "$DEPS/cri-tools-$CRI_TOOLS_VERSION/crictl" --version
+}
+build_go_tools
 
 # Rust build (release: the daemon under test is the one an operator would run), and the CRI
 # test client (examples/cri.rs; kubelet's part in the Kubernetes tests).
