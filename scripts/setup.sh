@@ -79,7 +79,7 @@ build_go_tools() {
     d=$(go_module_dir "github.com/containerd/nerdctl/v2@$NERDCTL_VERSION")
     rm -f "$d/cmd/nerdctl/helpers/testing_linux.go"
     mkdir -p "$out.tmp"
-    (cd "$d" && "$GO" build -o "$out.tmp/nerdctl" ./cmd/nerdctl) && rm -rf "$out" && mv "$out.tmp" "$out"
+    (cd "$d" && "$GO" build -ldflags "-X github.com/containerd/nerdctl/v2/pkg/version.Version=$NERDCTL_VERSION" -o "$out.tmp/nerdctl" ./cmd/nerdctl) && rm -rf "$out" && mv "$out.tmp" "$out"
     rm -rf "$d"
   fi
   out=$DEPS/cri-tools-$CRI_TOOLS_VERSION
@@ -87,7 +87,8 @@ build_go_tools() {
     echo "setup: building crictl and critest $CRI_TOOLS_VERSION"
     d=$(go_module_dir "sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION")
     mkdir -p "$out.tmp"
-    (cd "$d" && "$GO" build -o "$out.tmp/crictl" ./cmd/crictl && "$GO" test -c -o "$out.tmp/critest" ./cmd/critest) \
+    local ld="-X sigs.k8s.io/cri-tools/pkg/version.Version=${CRI_TOOLS_VERSION#v}"
+    (cd "$d" && "$GO" build -ldflags "$ld" -o "$out.tmp/crictl" ./cmd/crictl && "$GO" test -c -ldflags "$ld" -o "$out.tmp/critest" ./cmd/critest) \
       && rm -rf "$out" && mv "$out.tmp" "$out"
     rm -rf "$d"
   fi
