@@ -96,6 +96,26 @@ build_go_tools() {
 }
 build_go_tools
 
+# The newest containerd 2.x release the Go module proxy serves here (github.com/containerd/
+# containerd/v2; v2.4.2 on 2026-12-02: later versions are refused), built from its module:
+# containerd, ctr and the runc shim, static (CGO off: no btrfs, which is disabled anyway), laid
+# out as the .deb's are ($DEPS/containerd-2.4/usr/bin), bookworm's runc kept.
+CONTAINERD_GO_VERSION=v2.4.2
+build_containerd() {
+  local out=$DEPS/containerd-$CONTAINERD_GO_VERSION d
+  if [ ! -x "$out/usr/bin/containerd" ]; then
+    echo "setup: building containerd $CONTAINERD_GO_VERSION"
+    d=$(go_module_dir "github.com/containerd/containerd/v2@$CONTAINERD_GO_VERSION")
+    mkdir -p "$out.tmp/usr/bin"
+    (cd "$d" && CGO_ENABLED=0 GOFLAGS=-mod=mod "$GO" build -ldflags "-X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_GO_VERSION#v}" \
+        -o "$out.tmp/usr/bin/" ./cmd/containerd ./cmd/ctr ./cmd/containerd-shim-runc-v2) && rm -rf "$out" && mv "$out.tmp" "$out"
+    rm -rf "$d"
+  fi
+  ln -sfn "$DEPS/containerd-$CONTAINERD_GO_VERSION" "$DEPS/containerd-2.4"
+  "$DEPS/containerd-2.4/usr/bin/containerd" --version
+}
+build_containerd
+
 # Rust build (release: the daemon under test is the one an operator would run), and the CRI
 # test client (examples/cri.rs; kubelet's part in the Kubernetes tests).
 if [ -z "${PULLGATE_SKIP_BUILD:-}" ]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # pullgate's whole test suite, from a fresh Debian 12 machine (run as root):
-#   1. install everything (scripts/setup.sh: apt packages, containerd 1.7 and 2.1, release build)
+#   1. install everything (scripts/setup.sh: apt packages, containerd 1.7 and 2.1, nerdctl,
+#      crictl and critest from their Go modules, release build)
 #   2. unit tests (cargo test)
 #   3. containerd's snapshotter conformance suite against the daemon, through the proxy client
 #      and through containerd's metadata layer, for the overlay and the copying driver, plus
@@ -12,7 +13,10 @@
 #      fragments set, and under the shared one on 1.6 and 2.1), the isolated store without
 #      re-downloads, Kubernetes through pullgate's CRI front (containerd's real CRI plugin,
 #      driven as kubelet drives it by the test CRI client in examples/cri.rs), and `pullgate
-#      doctor` against sound and wrongly configured containerds
+#      doctor` against sound and wrongly configured containerds; under 1.7 and 2.1 also real
+#      clients built from their Go modules: nerdctl with pullgate as its snapshotter, crictl
+#      through the CRI front and directly, and critest (the CRI validation suite) run directly
+#      and through the front, the two pass sets compared
 #   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
 #      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
 set -euo pipefail
@@ -68,6 +72,16 @@ for v in 1.6 1.7 2.1; do
   bash tests/e2e_doctor.sh "$v" || failed+=("e2e doctor containerd $v")
   step "end to end: operating pullgate (metrics, JSON log and output, password prompt, progress) under containerd $v"
   bash tests/e2e_ops.sh "$v" || failed+=("e2e ops containerd $v")
+  # Real clients, built from their released Go modules by setup.sh (1.7 and 2.1: nerdctl 2.x and
+  # critest target containerd 1.7 and later).
+  if [ "$v" != 1.6 ]; then
+    step "real clients: nerdctl with pullgate as its snapshotter under containerd $v"
+    bash tests/e2e_clients.sh "$v" || failed+=("e2e nerdctl containerd $v")
+    step "real clients: crictl through the CRI front and directly under containerd $v"
+    bash tests/e2e_crictl.sh "$v" || failed+=("e2e crictl containerd $v")
+    step "critest (the CRI validation suite) directly and through the CRI front under containerd $v"
+    bash tests/e2e_critest.sh "$v" || failed+=("critest containerd $v")
+  fi
 done
 
 for v in 1.6 2.1; do
