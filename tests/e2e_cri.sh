@@ -24,7 +24,7 @@
 # Usage: tests/e2e_cri.sh VERSION
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cri_lib.sh"
-V=${1:?usage: e2e_cri.sh 1.6|1.7|2.1}
+V=${1:?usage: e2e_cri.sh 1.6|1.7|2.1|2.4}
 trap cleanup EXIT
 PW_ALICE=alice-Cri-4t8q
 PW_CAROL=carol-Cri-7m2x
@@ -264,8 +264,8 @@ check "5f: CRI does not file it under team-a's image ID ($two_id)" test -n "$two
 check_out "5f: team-c's container of it runs the manifest pullgate verified (its own)" "public app" run_in front app-c team-c "$SID_C" c9 "$TWO"
 check_out "5f: team-a still runs its own image by image ID" "$PRIVMSG" run_in front app-a team-a "$SID_A" a4 "$PRIV_ID"
 
-if [ "$V" = 2.1 ]; then
-  log "5e. image volumes (containerd 2.1): each image a container mounts is decided too"
+if [ "$V" = 2.1 ] || [ "$V" = 2.4 ]; then
+  log "5e. image volumes (containerd 2.1 and 2.4): each image a container mounts is decided too"
   vol() { printf ',"mounts":[{"container_path":"/vol","readonly":true,"image":{"image":"%s"}}]' "$1"; }
   check_refused "5e: team-c's public container with team-a's private image as a volume is refused" "$REFUSED team-c/app-c" "$PRIVMSG" \
     run_in front app-c team-c "$SID_C" c8 "$PUB" "cat /vol/msg" "$(vol "$PRIV")"
