@@ -21,7 +21,7 @@
 # container pullgate holds no snapshot directory.
 # Usage: tests/crash.sh VERSION [SEED]
 source "$(dirname "$0")/lib.sh"
-V=${1:?usage: crash.sh 1.6|1.7|2.1|2.4 [SEED]}
+V=${1:?usage: crash.sh 1.6|1.7|2.1 [SEED]}
 SEED=${2:-$RANDOM}
 KILLS=${KILLS:-30}
 trap cleanup EXIT

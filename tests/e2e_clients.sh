@@ -23,7 +23,7 @@
 #      half-removed left), down to zero when every image is gone.
 # Usage: tests/e2e_clients.sh VERSION
 source "$(dirname "$0")/lib.sh"
-V=${1:?usage: e2e_clients.sh 1.6|1.7|2.1|2.4}
+V=${1:?usage: e2e_clients.sh 1.7|2.1|2.4}
 trap cleanup EXIT
 CONTENT_POLICY=isolated
 NERDCTL_VERSION=${NERDCTL_VERSION:-v2.1.3}

@@ -15,7 +15,7 @@
 CRI_BIN=   # (cri_lib.sh waits for CRI with crictl here, not with examples/cri)
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cri_lib.sh"
-V=${1:?usage: e2e_crictl.sh 1.6|1.7|2.1|2.4}
+V=${1:?usage: e2e_crictl.sh 1.7|2.1|2.4}
 trap cleanup EXIT
 CRI_TOOLS_VERSION=${CRI_TOOLS_VERSION:-v1.37.0}
 CRICTL_BIN=${CRICTL_BIN:-$DEPS/cri-tools-$CRI_TOOLS_VERSION/crictl}
