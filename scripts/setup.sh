@@ -55,10 +55,12 @@ ln -sfn "$DEPS/containerd-sid" "$DEPS/containerd-2.1"
 # Real clients, built once from their released Go modules (the Go module proxy, through Go's
 # default GOPROXY) with the machine's Go 1.26, into $DEPS/<tool>-<version>/ and reused:
 #   nerdctl (github.com/containerd/nerdctl/v2) for tests/e2e_clients.sh;
-#   crictl and critest (sigs.k8s.io/cri-tools) for tests/e2e_crictl.sh and tests/critest.sh.
+#   crictl and critest (sigs.k8s.io/cri-tools) for tests/e2e_crictl.sh and tests/e2e_critest.sh.
 # `go install MOD/cmd/X@V` refuses a module whose go.mod has replace lines (nerdctl's has one,
 # for its test framework, a nested module the module zip leaves out): so the module is
-# downloaded, copied and built inside its own directory. nerdctl's cmd/nerdctl/helpers keeps
+# downloaded, copied and built inside its own directory (`go install` also asks the proxy for
+# the module's list of versions, which it refuses here). nerdctl v2.2.0 and v2.0.5 are served
+# but fail the checksum database lookup here; v2.1.3 passes it. nerdctl's cmd/nerdctl/helpers keeps
 # two test helpers in a non-test file (testing_linux.go) that import that framework; they are
 # used by tests only, and the copy drops that file before building.
 NERDCTL_VERSION=v2.1.3
@@ -94,7 +96,8 @@ build_go_tools() {
   fi
   "$DEPS/nerdctl-$NERDCTL_VERSION/nerdctl" --version && "$DEPS/cri-tools-$CRI_TOOLS_VERSION/crictl" --version
 }
-build_go_tools
+# (PULLGATE_SKIP_GO_TOOLS=1: not needed, as by scripts/demo.sh and the benchmarks)
+[ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_go_tools
 
 # The newest containerd 2.x release the Go module proxy serves here (github.com/containerd/
 # containerd/v2; v2.4.2 on 2026-12-02: later versions are refused), built from its module:
@@ -114,7 +117,7 @@ build_containerd() {
   ln -sfn "$DEPS/containerd-$CONTAINERD_GO_VERSION" "$DEPS/containerd-2.4"
   "$DEPS/containerd-2.4/usr/bin/containerd" --version
 }
-build_containerd
+[ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_containerd
 
 # Rust build (release: the daemon under test is the one an operator would run), and the CRI
 # test client (examples/cri.rs; kubelet's part in the Kubernetes tests).
