@@ -34,6 +34,15 @@ CRITEST_BIN=${CRITEST_BIN:-$DEPS/cri-tools-$CRI_TOOLS_VERSION/critest}
 #  - under 2.1 only: OOMKilled (2.1 reports no OOM reason here) and SupplementalGroupsPolicy
 #    (1.7 reports the feature absent, and critest skips it there itself).
 # "Image Manager public image should timeout if requested" passes directly and runs.
+# Each spec gets up to CRITEST_ATTEMPTS attempts in both runs (ginkgo's flake attempts), and the
+# specs that passed only on a later attempt are printed: containerd's shim now and then dies
+# at a sandbox's start ("failed to create shim task: ttrpc: closed", seen directly and through
+# the front), and "Image Manager public image should timeout if requested" races a 1 ms
+# deadline: it expects DeadlineExceeded, and gets the pull's own error when the runtime fails
+# the pull of its unreachable image within that millisecond (pullgate's front answered
+# Unavailable so in two full runs under 1.7, containerd was never that fast; alone, it passed
+# through the front 3 times out of 3).
+CRITEST_ATTEMPTS=${CRITEST_ATTEMPTS:-3}
 CRITEST_FOCUS=${CRITEST_FOCUS:-.}
 skip='Image Manager (image status|listImage|public image with|public image without|removing image)|Image Consistency|Image Identifier Consistency|Feature:ImageVolume|Multiple Containers|ContainerPID|PodPID|HostPID|HostIpc|NoNewPrivs|MaskedPaths|RunAsUserName|portforward in host network|execSync with timeout'
 [ "$V" = 2.1 ] && skip="$skip|OOMKilled|SupplementalGroupsPolicy"
@@ -75,7 +84,7 @@ crictl_() { "$CRICTL_BIN" --runtime-endpoint "unix://$CTRD_SOCK" --image-endpoin
 wait_for 30 crictl_ info || { fail "containerd's CRI does not answer"; summary "critest (containerd $V)"; exit 1; }
 wait_for 30 bash -c "'$CRICTL_BIN' --runtime-endpoint 'unix://$CTRD_SOCK' info | grep -q '\"NetworkReady\"' && '$CRICTL_BIN' --runtime-endpoint 'unix://$CTRD_SOCK' info -o json | jq -e '.status.conditions[] | select(.type == \"NetworkReady\") | .status' | grep -q true" \
   || fail "containerd's CRI network is not ready (CNI config in $WORK/cni/conf)"
-echo "  focus: $CRITEST_FOCUS"
+echo "  focus: $CRITEST_FOCUS (up to $CRITEST_ATTEMPTS attempts per spec)"
 echo "  skip:  $CRITEST_SKIP"
 
 # run_critest NAME SOCKET: critest against SOCKET; the passed and failed specs' names into
@@ -85,20 +94,22 @@ run_critest() {
   log "critest $name (unix://$sock)"
   "$CRITEST_BIN" --runtime-endpoint "unix://$sock" --image-endpoint "unix://$sock" \
     --test-images-file "$WORK/test-images.yaml" --ginkgo.focus "$CRITEST_FOCUS" --ginkgo.skip "$CRITEST_SKIP" \
-    --ginkgo.no-color --ginkgo.json-report "$WORK/$name.json" > "$WORK/$name.log" 2>&1
+    --ginkgo.flake-attempts "$CRITEST_ATTEMPTS" --ginkgo.no-color --ginkgo.json-report "$WORK/$name.json" > "$WORK/$name.log" 2>&1
   echo "  critest exit $?, $((SECONDS - t0)) s; $(grep -E '^(Ran|PASS|FAIL)' "$WORK/$name.log" | tail -2 | paste -sd' ')"
   printf -v "T_$name" '%s' $((SECONDS - t0))
   python3 - "$WORK/$name.json" "$WORK/$name" <<'PY'
 import json, sys
 rep, out = sys.argv[1], sys.argv[2]
 specs = json.load(open(rep))[0]["SpecReports"] or []
-res = {"passed": [], "failed": [], "skipped": []}
+res = {"passed": [], "failed": [], "skipped": [], "retried": []}
 for s in specs:
     if s["LeafNodeType"] != "It":
         continue
     name = " ".join(s["ContainerHierarchyTexts"] + [s["LeafNodeText"]])
     st = s["State"]
     res["passed" if st == "passed" else "skipped" if st in ("skipped", "pending") else "failed"].append(name)
+    if st == "passed" and s.get("NumAttempts", 1) > 1:
+        res["retried"].append(f"{name} (attempt {s['NumAttempts']})")
 for k, v in res.items():
     open(f"{out}.{k}", "w").write("".join(n + "\n" for n in sorted(v)))
 PY
@@ -118,6 +129,9 @@ printf '  %-28s %8s %8s %8s %6s\n' "" passed failed skipped time
 printf '  %-28s %8d %8d %8d %5ss\n' "containerd's CRI directly" "$pd" "$fd" "$sd" "$T_direct"
 printf '  %-28s %8d %8d %8d %5ss\n' "through pullgate's front" "$pf" "$ff" "$sf" "$T_front"
 if [ "$fd" -gt 0 ]; then echo "  failed directly (and so not required through the front):"; sed 's/^/    /' "$WORK/direct.failed"; fi
+for f in direct front; do
+  [ -s "$WORK/$f.retried" ] && { echo "  passed $f only on a later attempt:"; sed 's/^/    /' "$WORK/$f.retried"; }
+done
 check "critest ran specs directly ($pd passed)" test "$pd" -gt 0
 only_direct=$(comm -23 "$WORK/direct.passed" "$WORK/front.passed")
 only_front=$(comm -13 "$WORK/direct.passed" "$WORK/front.passed")
