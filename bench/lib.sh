@@ -2,7 +2,7 @@
 # what the tests use (scripts/setup.sh), takes tests/lib.sh's helpers and removes the run's work
 # on exit; then timing, medians, and the bytes a token-auth registry started as
 # `start_token_registry t` (and its token server) served.
-"$here/scripts/setup.sh" >/dev/null
+PULLGATE_SKIP_GO_TOOLS=1 "$here/scripts/setup.sh" >/dev/null
 source "$here/tests/lib.sh"
 trap cleanup EXIT
 now() { date +%s.%N; }

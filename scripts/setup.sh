@@ -8,7 +8,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
 APT_OPTS=(-o DPkg::Lock::Timeout=600)
 PKGS=(containerd runc docker-registry apache2-utils skopeo busybox-static protobuf-compiler
-      golang-go golang-github-containerd-containerd-dev containernetworking-plugins jq curl python3 bc python3-jwt python3-cryptography openssl)
+      golang-go golang-github-containerd-containerd-dev jq curl python3 bc python3-jwt python3-cryptography openssl
+      containernetworking-plugins iptables)
 
 if [ "$(id -u)" != 0 ]; then echo "setup.sh: must run as root (containerd and mounts need it)" >&2; exit 1; fi
 
@@ -64,7 +65,74 @@ build_runc() {
   GOBIN="$dir" CGO_ENABLED=1 GOFLAGS=-mod=mod "$go" install -trimpath -tags seccomp "github.com/opencontainers/runc@v$RUNC_VERSION"
   "$dir/runc" --version
 }
-build_runc
+[ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_runc
+
+# Real clients, built once from their released Go modules (the Go module proxy, through Go's
+# default GOPROXY) with the machine's Go 1.26, into $DEPS/<tool>-<version>/ and reused:
+#   nerdctl (github.com/containerd/nerdctl/v2) for tests/e2e_clients.sh;
+#   crictl and critest (sigs.k8s.io/cri-tools) for tests/e2e_crictl.sh and tests/e2e_critest.sh.
+# `go install MOD/cmd/X@V` refuses a module whose go.mod has replace lines (nerdctl's has one,
+# for its test framework, a nested module the module zip leaves out): so the module is
+# downloaded, copied and built inside its own directory (`go install` also asks the proxy for
+# the module's list of versions, which it refuses here). nerdctl v2.2.0 and v2.0.5 are served
+# but fail the checksum database lookup here; v2.1.3 passes it. nerdctl's cmd/nerdctl/helpers keeps
+# two test helpers in a non-test file (testing_linux.go) that import that framework; they are
+# used by tests only, and the copy drops that file before building.
+NERDCTL_VERSION=v2.1.3
+CRI_TOOLS_VERSION=v1.37.0
+GO=${GO:-/usr/local/go/bin/go}
+go_module_dir() { # MODULE@VERSION -> a writable copy of the module's source (printed)
+  local src dst=$DEPS/src/${1//\//_}
+  src=$("$GO" mod download -json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error")))')
+  rm -rf "$dst"; mkdir -p "$DEPS/src"; cp -r "$src" "$dst"; chmod -R u+w "$dst"; echo "$dst"
+}
+build_go_tools() {
+  [ -x "$GO" ] || { echo "setup: $GO not found (Go 1.26 is needed to build nerdctl, crictl and critest)" >&2; return 1; }
+  export CGO_ENABLED=0 GOFLAGS=-mod=mod
+  local d out
+  out=$DEPS/nerdctl-$NERDCTL_VERSION
+  if [ ! -x "$out/nerdctl" ]; then
+    echo "setup: building nerdctl $NERDCTL_VERSION"
+    d=$(go_module_dir "github.com/containerd/nerdctl/v2@$NERDCTL_VERSION")
+    rm -f "$d/cmd/nerdctl/helpers/testing_linux.go"
+    mkdir -p "$out.tmp"
+    (cd "$d" && "$GO" build -ldflags "-X github.com/containerd/nerdctl/v2/pkg/version.Version=$NERDCTL_VERSION" -o "$out.tmp/nerdctl" ./cmd/nerdctl) && rm -rf "$out" && mv "$out.tmp" "$out"
+    rm -rf "$d"
+  fi
+  out=$DEPS/cri-tools-$CRI_TOOLS_VERSION
+  if [ ! -x "$out/crictl" ] || [ ! -x "$out/critest" ]; then
+    echo "setup: building crictl and critest $CRI_TOOLS_VERSION"
+    d=$(go_module_dir "sigs.k8s.io/cri-tools@$CRI_TOOLS_VERSION")
+    mkdir -p "$out.tmp"
+    local ld="-X sigs.k8s.io/cri-tools/pkg/version.Version=${CRI_TOOLS_VERSION#v}"
+    (cd "$d" && "$GO" build -ldflags "$ld" -o "$out.tmp/crictl" ./cmd/crictl && "$GO" test -c -ldflags "$ld" -o "$out.tmp/critest" ./cmd/critest) \
+      && rm -rf "$out" && mv "$out.tmp" "$out"
+    rm -rf "$d"
+  fi
+  "$DEPS/nerdctl-$NERDCTL_VERSION/nerdctl" --version && "$DEPS/cri-tools-$CRI_TOOLS_VERSION/crictl" --version
+}
+# (PULLGATE_SKIP_GO_TOOLS=1: not needed, as by scripts/demo.sh and the benchmarks)
+[ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_go_tools
+
+# The newest containerd 2.x release the Go module proxy serves here (github.com/containerd/
+# containerd/v2; v2.4.2 on 2026-12-02: later versions are refused), built from its module:
+# containerd, ctr and the runc shim, static (CGO off: no btrfs, which is disabled anyway), laid
+# out as the .deb's are ($DEPS/containerd-2.4/usr/bin), bookworm's runc kept.
+CONTAINERD_GO_VERSION=v2.4.2
+build_containerd() {
+  local out=$DEPS/containerd-$CONTAINERD_GO_VERSION d
+  if [ ! -x "$out/usr/bin/containerd" ]; then
+    echo "setup: building containerd $CONTAINERD_GO_VERSION"
+    d=$(go_module_dir "github.com/containerd/containerd/v2@$CONTAINERD_GO_VERSION")
+    mkdir -p "$out.tmp/usr/bin"
+    (cd "$d" && CGO_ENABLED=0 GOFLAGS=-mod=mod "$GO" build -ldflags "-X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_GO_VERSION#v}" \
+        -o "$out.tmp/usr/bin/" ./cmd/containerd ./cmd/ctr ./cmd/containerd-shim-runc-v2) && rm -rf "$out" && mv "$out.tmp" "$out"
+    rm -rf "$d"
+  fi
+  ln -sfn "$DEPS/containerd-$CONTAINERD_GO_VERSION" "$DEPS/containerd-2.4"
+  "$DEPS/containerd-2.4/usr/bin/containerd" --version
+}
+[ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_containerd
 
 # Rust build (release: the daemon under test is the one an operator would run), and the CRI
 # test client (examples/cri.rs; kubelet's part in the Kubernetes tests).

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # pullgate's whole test suite, from a fresh Debian 12 machine (run as root):
-#   1. install everything (scripts/setup.sh: apt packages, containerd 1.7 and 2.1, release build)
+#   1. install everything (scripts/setup.sh: apt packages, containerd 1.7 and 2.1, nerdctl,
+#      crictl and critest from their Go modules, release build)
 #   2. unit tests (cargo test)
 #   3. containerd's snapshotter conformance suite against the daemon, through the proxy client
 #      and through containerd's metadata layer, for the overlay and the copying driver, plus
 #      wrong requests straight to the socket
-#   4. end to end under real containerd 1.6, 1.7 and 2.1: the snapshotter, and the gate
+#   4. end to end under real containerd 1.6, 1.7, 2.1 and 2.4 (built from its Go module): the snapshotter, and the gate
 #      (registries with htpasswd and token auth, an attacker's registry, both attacks,
 #      hostile registries, bad input, concurrency, secrets; under containerd's default shared
 #      content store), attacks on the trust model (under the isolated store the shipped
 #      fragments set, and under the shared one on 1.6 and 2.1), the isolated store without
 #      re-downloads, Kubernetes through pullgate's CRI front (containerd's real CRI plugin,
 #      driven as kubelet drives it by the test CRI client in examples/cri.rs), and `pullgate
-#      doctor` against sound and wrongly configured containerds
+#      doctor` against sound and wrongly configured containerds; under 1.7 and 2.1 also real
+#      clients built from their Go modules: nerdctl with pullgate as its snapshotter, crictl
+#      through the CRI front and directly, and critest (the CRI validation suite) run directly
+#      and through the front, the two pass sets compared
 #   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
 #      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
 set -euo pipefail
@@ -46,7 +50,8 @@ for driver in overlay copy; do
   fi
 done
 
-for v in 1.6 1.7 2.1; do
+# 2.4: the newest containerd 2.x the Go module proxy serves, built from its module by setup.sh.
+for v in 1.6 1.7 2.1 2.4; do
   step "end to end: snapshotter under containerd $v"
   bash tests/e2e_snapshotter.sh "$v" || failed+=("e2e snapshotter containerd $v")
   # The shipped fragments set content_sharing_policy = "isolated" (every test below runs so
@@ -56,7 +61,7 @@ for v in 1.6 1.7 2.1; do
   CONTENT_POLICY=shared bash tests/e2e_gate.sh "$v" || failed+=("e2e gate containerd $v")
   step "end to end: attacks on the trust model under containerd $v (isolated content store)"
   bash tests/e2e_trust.sh "$v" || failed+=("e2e trust containerd $v")
-  if [ "$v" != 1.7 ]; then
+  if [ "$v" = 1.6 ] || [ "$v" = 2.1 ]; then
     step "end to end: attacks on the trust model under containerd $v (shared content store)"
     CONTENT_POLICY=shared bash tests/e2e_trust.sh "$v" || failed+=("e2e trust containerd $v shared")
   fi
@@ -68,6 +73,18 @@ for v in 1.6 1.7 2.1; do
   bash tests/e2e_doctor.sh "$v" || failed+=("e2e doctor containerd $v")
   step "end to end: operating pullgate (metrics, JSON log and output, password prompt, progress) under containerd $v"
   bash tests/e2e_ops.sh "$v" || failed+=("e2e ops containerd $v")
+  # Real clients, built from their released Go modules by setup.sh (1.7 and 2.1: nerdctl 2.x and
+  # critest target containerd 1.7 and later).
+  if [ "$v" != 1.6 ]; then
+    step "real clients: nerdctl with pullgate as its snapshotter under containerd $v"
+    bash tests/e2e_clients.sh "$v" || failed+=("e2e nerdctl containerd $v")
+    step "real clients: crictl through the CRI front and directly under containerd $v"
+    bash tests/e2e_crictl.sh "$v" || failed+=("e2e crictl containerd $v")
+    if [ "$v" != 2.4 ]; then   # (time: critest runs under 1.7 and 2.1)
+      step "critest (the CRI validation suite) directly and through the CRI front under containerd $v"
+      bash tests/e2e_critest.sh "$v" || failed+=("critest containerd $v")
+    fi
+  fi
 done
 
 for v in 1.6 2.1; do

@@ -31,7 +31,7 @@ containerd_cri_config() {
   local v=$1 sock=$2 sandbox=$3 hosts=$4 frag
   case $v in
     1.6|1.7) frag=1.x ;;
-    2.1) frag=2.x ;;
+    2.1|2.4) frag=2.x ;;
     *) echo "unknown containerd version $v" >&2; return 1 ;;
   esac
   local c=$WORK/containerd
@@ -61,7 +61,7 @@ TOML
   config_path = "$hosts"
 TOML
       ;;
-    2.1) cat >> "$c/config.toml" <<TOML
+    2.1|2.4) cat >> "$c/config.toml" <<TOML
 
 # CRI (version 3 config: split into images, runtime and the gRPC server)
 [plugins."io.containerd.cri.v1.images".pinned_images]

@@ -31,7 +31,7 @@
 # Usage: tests/e2e_cri.sh VERSION
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cri_lib.sh"
-V=${1:?usage: e2e_cri.sh 1.6|1.7|2.1}
+V=${1:?usage: e2e_cri.sh 1.6|1.7|2.1|2.4}
 trap cleanup EXIT
 PW_ALICE=alice-Cri-4t8q
 PW_CAROL=carol-Cri-7m2x
@@ -370,8 +370,8 @@ check "12: containerd's image list answers and holds none of the documents" tw_i
 check_out "12: team-a's image still runs for team-a (no name of it was re-pointed)" "$PRIVMSG" run_in front app-a team-a "$SID_A" a6 "$PRIV"
 check_out "12: and by its image ID" "$PRIVMSG" run_in front app-a team-a "$SID_A" a7 "$PRIV_ID"
 
-if [ "$V" = 2.1 ]; then
-  log "5e. image volumes (containerd 2.1): each image a container mounts is decided too"
+if [ "$V" = 2.1 ] || [ "$V" = 2.4 ]; then
+  log "5e. image volumes (containerd 2.1 and 2.4): each image a container mounts is decided too"
   vol() { printf ',"mounts":[{"container_path":"/vol","readonly":true,"image":{"image":"%s"}}]' "$1"; }
   check_refused "5e: team-c's public container with team-a's private image as a volume is refused" "$REFUSED team-c/app-c" "$PRIVMSG" \
     run_in front app-c team-c "$SID_C" c8 "$PUB" "cat /vol/msg" "$(vol "$PRIV")"

@@ -7,7 +7,7 @@
 # asserted by its line (status, check name, what it says), and the JSON output is parsed.
 # Usage: tests/e2e_doctor.sh VERSION
 source "$(dirname "$0")/lib.sh"
-V=${1:?usage: e2e_doctor.sh 1.6|1.7|2.1}
+V=${1:?usage: e2e_doctor.sh 1.6|1.7|2.1|2.4}
 trap cleanup EXIT
 C=$WORK/containerd; mkdir -p "$C"
 

@@ -6,7 +6,7 @@
 # the pullgate CLI. Every refusal is asserted by its exit code, its message and the absence of
 # the private content from its output. Usage: tests/e2e_gate.sh VERSION
 source "$(dirname "$0")/lib.sh"
-V=${1:?usage: e2e_gate.sh 1.6|1.7|2.1}
+V=${1:?usage: e2e_gate.sh 1.6|1.7|2.1|2.4}
 trap cleanup EXIT
 PW_ALICE=alice-Secret-9f3k
 PW_BOB=bob-Secret-7q2z

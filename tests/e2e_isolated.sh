@@ -27,7 +27,7 @@
 #      is fetched from the origin instead: a pull of a manifest pullgate never saw still works.
 # Usage: tests/e2e_isolated.sh VERSION
 source "$(dirname "$0")/lib.sh"
-V=${1:?usage: e2e_isolated.sh 1.6|1.7|2.1}
+V=${1:?usage: e2e_isolated.sh 1.6|1.7|2.1|2.4}
 trap cleanup EXIT
 CONTENT_POLICY=isolated
 PW_ALICE=alice-Iso-3k9w

@@ -5,7 +5,7 @@
 # `--user USER` prompting on a terminal, and the progress display of `pull` under a
 # pseudo-terminal (and its absence when not on one). Usage: tests/e2e_ops.sh VERSION
 source "$(dirname "$0")/lib.sh"
-V=${1:?usage: e2e_ops.sh 1.6|1.7|2.1}
+V=${1:?usage: e2e_ops.sh 1.6|1.7|2.1|2.4}
 trap cleanup EXIT
 PW=alice-Ops-Secret-5t9w
 

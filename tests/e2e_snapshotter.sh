@@ -3,7 +3,7 @@
 # (1.6, 1.7 or 2.1) configured from plugin/ exactly as an operator would, with a real
 # anonymous registry. Usage: tests/e2e_snapshotter.sh VERSION
 source "$(dirname "$0")/lib.sh"
-V=${1:?usage: e2e_snapshotter.sh 1.6|1.7|2.1}
+V=${1:?usage: e2e_snapshotter.sh 1.6|1.7|2.1|2.4}
 trap cleanup EXIT
 
 log "containerd $V: setup"

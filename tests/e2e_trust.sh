@@ -20,7 +20,7 @@
 # too, so that only the attack assertions fail there. About 30 s per containerd version.
 # Usage: tests/e2e_trust.sh VERSION
 source "$(dirname "$0")/lib.sh"
-V=${1:?usage: e2e_trust.sh 1.6|1.7|2.1}
+V=${1:?usage: e2e_trust.sh 1.6|1.7|2.1|2.4}
 trap cleanup EXIT
 PW_ALICE=alice-Trust-5v8n
 PW_BOB=bob-Trust-2k7w

@@ -225,6 +225,7 @@ containerd_bindir() {
     1.6) echo /usr/bin ;;
     1.7) echo "$DEPS/containerd-1.7/usr/bin" ;;
     2.1) echo "$DEPS/containerd-2.1/usr/bin" ;;
+    2.4) echo "$DEPS/containerd-2.4/usr/bin" ;;   # built from its Go module by scripts/setup.sh
     *) echo "unknown containerd version $1" >&2; return 1 ;;
   esac
 }
@@ -268,7 +269,7 @@ containerd_config() {
   local v=$1 sock=$2 keep=${3:-} frag cri
   case $v in
     1.6|1.7) frag=1.x; cri='"io.containerd.grpc.v1.cri"' ;;
-    2.1) frag=2.x; cri='"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime"' ;;
+    2.1|2.4) frag=2.x; cri='"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime"' ;;
   esac
   local c=$WORK/containerd
   "$REPO/plugin/fragment.sh" "$frag" | sed -e "s#/run/pullgate/snapshotter.sock#$sock#" \

@@ -21,10 +21,17 @@ of G GiB of zeros, compressed as a zstd frame written by hand from RLE blocks (4
 real one, hashed while the tar streams by (never held in memory).
 Without these options the output is unchanged.
 """
+import subprocess
 import argparse, gzip, hashlib, io, json, os, random, tarfile
 
 BUSYBOX = "/bin/busybox"
 APPLETS = ["sh", "cat", "ls", "echo", "true", "sleep"]
+
+
+def applets(busybox):
+    """Every applet this busybox has (sorted, so the layer is reproducible), busybox itself left out."""
+    out = subprocess.run([busybox, "--list"], check=True, capture_output=True, text=True).stdout.split()
+    return sorted(set(out) - {"busybox"})
 
 
 def tar_bytes(entries):
@@ -95,6 +102,11 @@ def main():
     ap.add_argument("--claim-diff-ids", help="comma-separated diffIDs to write into the config instead of the real ones")
     ap.add_argument("--zero-layer-gib", type=float,
                     help="add a decompression bomb layer: one file of this many GiB of zeros (zstd)")
+    ap.add_argument("--fixed-layers-note", default="",
+                    help="append this text to the files of the two fixed layers after the base, so that"
+                         " the image shares no layer with images built without it (or with another note)")
+    ap.add_argument("--all-applets", action="store_true",
+                    help="link every applet busybox lists into /bin (critest runs top, ipcs, hostname, ...)")
     ap.add_argument("--nested-index", action="store_true",
                     help="tag an image index (one linux/amd64 entry) instead of the manifest")
     a = ap.parse_args()
@@ -103,12 +115,12 @@ def main():
         bb = f.read()
     layers = [
         [("bin", "dir", None, 0o755), ("bin/busybox", "file", bb, 0o755)]
-        + [("bin/" + x, "sym", "busybox", 0o777) for x in APPLETS]
+        + [("bin/" + x, "sym", "busybox", 0o777) for x in (applets(BUSYBOX) if a.all_applets else APPLETS)]
         + [("etc", "dir", None, 0o755), ("tmp", "dir", None, 0o1777)]
         + ([("etc/base-note", "file", (a.base_note + "\n").encode(), 0o644)] if a.base_note is not None else []),
-        [("etc/pullgate-test", "dir", None, 0o755), ("etc/pullgate-test/one", "file", b"layer two\n", 0o644)],
+        [("etc/pullgate-test", "dir", None, 0o755), ("etc/pullgate-test/one", "file", b"layer two\n" + a.fixed_layers_note.encode(), 0o644)],
         [("etc/pullgate-test", "dir", None, 0o755), ("etc/pullgate-test/.wh.one", "file", b"", 0o644),
-         ("etc/pullgate-test/two", "file", b"layer three\n", 0o644)],
+         ("etc/pullgate-test/two", "file", b"layer three\n" + a.fixed_layers_note.encode(), 0o644)],
     ]
     rng = random.Random(a.seed)
     for i in range(a.extra_layers):

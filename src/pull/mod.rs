@@ -538,7 +538,10 @@ impl Puller {
             match cd.label_content(&b.digest, who).await {
                 // A verify that placed nothing holds no lease: containerd's GC may have just
                 // taken a blob no image referenced. The labels only describe; the grant stands.
-                Err(e) if !cd.has_lease() && e.code == tonic::Code::NotFound => {
+                // So too when the blobs found present were not held (a verify that needed no
+                // content, whose lease `place` began only to copy what was missing): seen when a
+                // client's refused unpack had left the blobs to containerd's GC (nerdctl pull).
+                Err(e) if (!cd.has_lease() || !got.needs_content) && e.code == tonic::Code::NotFound => {
                     tracing::debug!(digest = %b.digest, "blob collected before it could be labelled");
                 }
                 r => r?,
