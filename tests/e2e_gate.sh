@@ -500,6 +500,20 @@ check "verify restores access" pg verify -n A --plain-http --user "alice:$PW_ALI
 check_out "A runs" "$LEAK" run_img A a8 "$HPRIV"
 check "and the view of the top chain is allowed again" ctr_ -n A snapshots --snapshotter pullgate view view-a8 "${CH[4]}"
 ctr_ -n A snapshots --snapshotter pullgate rm view-a8 >/dev/null 2>&1
+# Mounts decides again: a container created (its rootfs prepared) while A held the grant does
+# not start once the grant is revoked. First the same split with the grant kept: the create
+# and the start each work, so the refusal below is the revoke's.
+check "Mounts: A creates container a9 (rootfs prepared) while it holds the grant" \
+  ctr_ -n A containers create --snapshotter pullgate "$HPRIV" a9
+check_out "and starts it: it runs" "$LEAK" ctr_ -n A tasks start a9
+ctr_ -n A tasks rm a9 >/dev/null 2>&1; ctr_ -n A containers rm a9 >/dev/null 2>&1
+check "Mounts: A creates container a10 while it holds the grant" ctr_ -n A containers create --snapshotter pullgate "$HPRIV" a10
+check "its rootfs snapshot exists (prepared before the revoke)" bash -c "$(printf '%q ' "${CTR[@]}") -n A snapshots --snapshotter pullgate info a10 | grep -q '\"Kind\": \"Active\"'"
+check_out "pullgate revoke -n A (after the create)" "revoked" pg revoke -n A
+check_refused "then its task start is refused by the gate at Mounts and shows nothing of the image" "$DENIED \"A\"" "$LEAK" \
+  ctr_ -n A tasks start a10
+ctr_ -n A tasks rm -f a10 >/dev/null 2>&1; ctr_ -n A containers rm a10 >/dev/null 2>&1
+check "verify restores access after the Mounts check" pg verify -n A --plain-http --user "alice:$PW_ALICE" "$HPRIV"
 
 log "11. a base layer shared with a public image stays usable while the private layers are gated"
 check_out "B (no grant) runs the public image that shares the private image's base layers" "public base image" \
