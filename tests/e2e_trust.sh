@@ -286,16 +286,27 @@ check "4: B prepares snapshot x (no parent)" snap B prepare x ""
 check "4: B pins it" snap B label x containerd.io/gc.root=attacker
 check "4: B commits it as the made-up chain ${MADE:0:19}..." snap B commit "$MADE" x
 check "4: B pins that" snap B label "$MADE" containerd.io/gc.root=attacker
-check "4: containerd holds B's made-up chain as a committed snapshot (the parent the extract names exists)" \
-  bash -c "$(printf '%q ' "${CTR[@]}") -n B snapshots --snapshotter pullgate info '$MADE' | grep -q '\"Kind\": \"Committed\"'"
-# The refusal must be the unestablished-parent one: any denial of B (no grant for A's layer,
-# found by chain arithmetic) would pass a gate that believed the made-up parent's name (seen:
-# PG_RED=unestablished, the check removed, was refused for "no grant" and failed here).
-check_err "4: B's Prepare('extract-2 chainID(made-up, A's protected diffID)', made-up) is refused: pullgate cannot tell which layer is applied" \
-  "$DENIED \"B\".*cannot tell which layer is being applied" \
+# A client's commit under a chainID-shaped name is taken as that chain (DESIGN.md): chain
+# arithmetic then finds A's protected layer in the target, and B has no grant for it.
+check_err "4: B's Prepare('extract-2 chainID(made-up, A's protected diffID)', made-up) is refused: no grant for A's layer" \
+  "$DENIED \"B\".*no grant for this namespace covers this private layer" \
   snap B prepare "extract-2 $T" "$MADE"
+# A parent whose chain pullgate cannot establish at all (committed by B under a name that is no
+# chainID): the target cannot be checked against it, so nothing is unpacked onto it. The
+# refusal must be the unestablished-parent one: a gate without that check finds no known layer
+# in the target and lets the extract through under the default policy (seen: PG_RED=unestablished
+# in a scratch build, where this check failed).
+check "4: B prepares snapshot x2 (no parent)" snap B prepare x2 ""
+check "4: B pins it" snap B label x2 containerd.io/gc.root=attacker
+check "4: B commits it as 'made-up-parent' (no chainID)" snap B commit made-up-parent x2
+check "4: B pins that" snap B label made-up-parent containerd.io/gc.root=attacker
+check "4: containerd holds it as a committed snapshot (the parent the extract names exists)" \
+  bash -c "$(printf '%q ' "${CTR[@]}") -n B snapshots --snapshotter pullgate info made-up-parent | grep -q '\"Kind\": \"Committed\"'"
+check_err "4: B's Prepare('extract-3 chainID(made-up, A's protected diffID)', made-up-parent) is refused: pullgate cannot tell which layer is applied" \
+  "$DENIED \"B\".*cannot tell which layer is being applied" \
+  snap B prepare "extract-3 $T" made-up-parent
 out=$(snap B ls 2>&1); rc=$?
-if [ $rc -eq 0 ] && grep -q '^KEY' <<<"$out" && ! grep -qF "extract-2 $T" <<<"$out"; then pass "4: ctr snapshots ls works and shows no such snapshot in B"
+if [ $rc -eq 0 ] && grep -q '^KEY' <<<"$out" && ! grep -qF "extract-2 $T" <<<"$out" && ! grep -qF "extract-3 $T" <<<"$out"; then pass "4: ctr snapshots ls works and shows neither extract snapshot in B"
 else fail "4: snapshots ls: rc=$rc: $(head -c 600 <<<"$out")"; fi
 
 log "5. a $REFL label on a container's rootfs Prepare does not bypass the principal check"
