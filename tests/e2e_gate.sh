@@ -555,12 +555,17 @@ for i in $(shuf -i 0-31); do
   ns=K$((i % 8)) delay=0.$((RANDOM % 6))
   (
     sleep "$delay"
+    t0=$(date +%s.%N)
     case ${OPS[$((i / 8))]} in
       pull) pg pull -n "$ns" --plain-http --user "bob:$PW_BOB" "$TPRIV" ;;
       verify) pg verify -n "$ns" --plain-http --user "bob:$PW_BOB" "$TPRIV" ;;
       run) run_img "$ns" "k$i" "$TPRIV" ;;
       revoke) pg revoke -n "$ns" ;;
     esac
+    rc=$?
+    # When it ran (start and end), for the overlap check below.
+    echo "$ns ${OPS[$((i / 8))]} $t0 $(date +%s.%N)" > "$WORK/k$i.time"
+    exit $rc
   ) > "$WORK/k$i.out" 2>&1 &
   cpid[i]=$!
 done
@@ -579,6 +584,18 @@ for i in $(seq 0 31); do
 done
 check "the 16 pulls and verifies succeeded, each of the 8 revokes removed a grant ($revoked), each of the 8 runs ran or was refused by the gate (ran $ran, refused $refused; anything else: $bad)" \
   test "$bad" -eq 0 -a "$revoked" -eq 8
+# The operations did overlap: in some namespace a revoke ran while another of its operations was
+# running (else the race could have run one after the other and shown nothing).
+overlap=$(cat "$WORK"/k*.time 2>/dev/null | python3 -c '
+import sys
+ops = [l.split() for l in sys.stdin if l.strip()]
+ops = [(n, k, float(a), float(b)) for n, k, a, b in ops]
+nss = sorted({n for n, k, a, b in ops if k == "revoke" and any(m == n and k2 != "revoke" and a2 < b and a < b2 for m, k2, a2, b2 in ops)})
+peak = max(sum(1 for _, _, a2, b2 in ops if a2 <= a < b2) for _, _, a, _ in ops) if ops else 0
+print(len(ops), peak, len(nss), ",".join(nss))')
+read -r ntimed peak nover overns <<<"$overlap"
+check "the race overlapped: all 32 operations timed ($ntimed), up to $peak running at once, and in $nover namespace(s) (${overns:-none}) a revoke ran while another operation there was running" \
+  test "${ntimed:-0}" -eq 32 -a "${peak:-0}" -ge 2 -a "${nover:-0}" -ge 1
 check "pullgate is still serving" kill -0 "$PG_PID"
 # decision NS: "allowed" or "denied" when NS's grants, `pullgate check` and `ctr run` agree on it.
 decision() {
