@@ -99,7 +99,9 @@ for entry in "${POINTS[@]}"; do
   fi
   if [ $exited -eq 0 ]; then
     fail "crash point $point was reached (logged) but pullgate (pid $PG_PID) had not exited 20 s later (seed $SEED)"
-    ok=0; kill -9 "$PG_PID" 2>/dev/null; wait "$PG_PID" 2>/dev/null; continue
+    ok=0; kill -9 "$PG_PID" 2>/dev/null; wait "$PG_PID" 2>/dev/null
+    start_pullgate "$PG" >/dev/null && wait_backend || { fail "pullgate did not come back after crash point $point"; exit 1; }
+    continue
   fi
   wait "$PG_PID" 2>/dev/null
   start_pullgate "$PG" >/dev/null && wait_backend || { fail "pullgate did not come back after crash point $point"; exit 1; }
