@@ -95,7 +95,9 @@ for entry in "${POINTS[@]}"; do
   after=$(grep -c "crash point ${point%%:*} reached" "$PG/log")
   if [ "$after" -le "$before" ]; then
     ok=0; echo "    $point: never reached by $op (seed $SEED): $(head -c 300 "$WORK/cp$n.out")"
-    kill -9 "$PG_PID" 2>/dev/null; wait "$PG_PID" 2>/dev/null; continue
+    kill -9 "$PG_PID" 2>/dev/null; wait "$PG_PID" 2>/dev/null
+    start_pullgate "$PG" >/dev/null && wait_backend || { fail "pullgate did not come back after crash point $point"; exit 1; }
+    continue
   fi
   if [ $exited -eq 0 ]; then
     fail "crash point $point was reached (logged) but pullgate (pid $PG_PID) had not exited 20 s later (seed $SEED)"
