@@ -80,17 +80,31 @@ for entry in "${POINTS[@]}"; do
   before=$(grep -c "crash point ${point%%:*} reached" "$PG/log")
   kill -9 "$PG_PID" 2>/dev/null; wait "$PG_PID" 2>/dev/null
   PULLGATE_CRASH_AT=$point start_pullgate "$PG" >/dev/null && wait_backend
+  # (Each bounded: a daemon that hangs at its crash point instead of exiting hangs its client too.)
   case $op in
-    pull) pg pull -n "$ns" --plain-http --user "alice:$PW" "$img" ;;
-    verify) pg verify -n "$ns" --plain-http --user "alice:$PW" "$img" ;;
-    prepare) ctr_ -n "$ns" snapshots --snapshotter pullgate prepare "k2-$ns" "" ;;
-    commit) ctr_ -n "$ns" snapshots --snapshotter pullgate commit "c-$ns" "k-$ns" ;;
+    pull) timeout 120 "$PG_BIN" pull --address "$PG/api.sock" -n "$ns" --plain-http --user "alice:$PW" "$img" ;;
+    verify) timeout 120 "$PG_BIN" verify --address "$PG/api.sock" -n "$ns" --plain-http --user "alice:$PW" "$img" ;;
+    prepare) timeout 120 "${CTR[@]}" -n "$ns" snapshots --snapshotter pullgate prepare "k2-$ns" "" ;;
+    commit) timeout 120 "${CTR[@]}" -n "$ns" snapshots --snapshotter pullgate commit "c-$ns" "k-$ns" ;;
     # containerd removes the backend's snapshot in its garbage collection, just after.
-    remove) ctr_ -n "$ns" snapshots --snapshotter pullgate rm "c-$ns" ;;
+    remove) timeout 120 "${CTR[@]}" -n "$ns" snapshots --snapshotter pullgate rm "c-$ns" ;;
   esac >"$WORK/cp$n.out" 2>&1
-  wait_for 20 eval '! kill -0 "$PG_PID" 2>/dev/null'
+  # A crash point must end the daemon. One that logs and goes on (or hangs) would leave the
+  # `wait` below waiting for ever: bounded, and a failure of its own that says so.
+  exited=1; wait_for 20 eval '! kill -0 "$PG_PID" 2>/dev/null' || exited=0
   after=$(grep -c "crash point ${point%%:*} reached" "$PG/log")
-  if [ "$after" -le "$before" ]; then ok=0; echo "    $point: never reached by $op (seed $SEED): $(head -c 300 "$WORK/cp$n.out")"; continue; fi
+  if [ "$after" -le "$before" ]; then
+    ok=0; echo "    $point: never reached by $op (seed $SEED): $(head -c 300 "$WORK/cp$n.out")"
+    kill -9 "$PG_PID" 2>/dev/null; wait "$PG_PID" 2>/dev/null
+    start_pullgate "$PG" >/dev/null && wait_backend || { fail "pullgate did not come back after crash point $point"; exit 1; }
+    continue
+  fi
+  if [ $exited -eq 0 ]; then
+    fail "crash point $point was reached (logged) but pullgate (pid $PG_PID) had not exited 20 s later (seed $SEED)"
+    ok=0; kill -9 "$PG_PID" 2>/dev/null; wait "$PG_PID" 2>/dev/null
+    start_pullgate "$PG" >/dev/null && wait_backend || { fail "pullgate did not come back after crash point $point"; exit 1; }
+    continue
+  fi
   wait "$PG_PID" 2>/dev/null
   start_pullgate "$PG" >/dev/null && wait_backend || { fail "pullgate did not come back after crash point $point"; exit 1; }
   if ! ng=$(grant_count "$ns" 2>&1); then ok=0; echo "    $point: $ng"; ng=-1; fi
@@ -137,18 +151,23 @@ for i in $(seq 1 "$KILLS"); do
   esac >"$WORK/op$i.out" 2>&1 &
   opid=$!
   sleep "$(printf '0.%03d' "$delay")"
+  # Whether the operation was still running when pullgate was killed (in flight: 1).
+  inflight=0; kill -0 "$opid" 2>/dev/null && inflight=1
   restart || { fail "pullgate did not come back after kill $i (seed $SEED)"; exit 1; }
-  wait "$opid"; echo "$i $ns $op $?" >> "$WORK/ops"
+  wait "$opid"; echo "$i $ns $op $? $inflight" >> "$WORK/ops"
 done
 check "every one of the $KILLS operations reported its exit status ($(grep -c . "$WORK/ops"))" test "$(grep -c . "$WORK/ops")" -eq "$KILLS"
 # An operation may fail when pullgate is killed under it, and then must succeed when run again
 # now; a run that failed because no pull had finished in its namespace yet must say "not found".
 # None may have been refused by the gate: every namespace here holds its grant once its image
 # exists. A run that succeeded printed the image's message.
-ok=1; done_ok=0; interrupted=0
+ok=1; done_ok=0; interrupted=0; midop=0
 OPNAME=(pull verify run)
-while read -r i ns op st <&3; do
+while read -r i ns op st inflight <&3; do
   out=$(cat "$WORK/op$i.out")
+  # A kill that landed mid-operation: the operation was still running when pullgate was
+  # SIGKILLed, and it then failed otherwise than "not found" (a run before any image was there).
+  [ "$inflight" = 1 ] && [ "$st" -ne 0 ] && ! grep -qi "not found" <<<"$out" && midop=$((midop + 1))
   if grep -qF "$DENIED" <<<"$out"; then ok=0; echo "    op $i (${OPNAME[$op]} in $ns, status $st): refused by the gate: ${out:0:200}"; fi
   if [ "$st" -eq 0 ]; then
     done_ok=$((done_ok + 1))
@@ -167,6 +186,9 @@ while read -r i ns op st <&3; do
 done 3< "$WORK/ops"
 check "$KILLS kills during pull, verify and run: $done_ok operations finished, $interrupted failed and each succeeded when run again; none was refused by the gate (seed $SEED)" \
   test "$ok" -eq 1 -a $((done_ok + interrupted)) -eq "$KILLS"
+# Otherwise every kill may have hit an idle daemon, and the section would show nothing.
+check "at least one kill landed mid-operation: its operation was still running when pullgate was killed, and failed ($midop of $KILLS; seed $SEED)" \
+  test "$midop" -ge 1
 
 # 3. containerd SIGKILLed while a pull is running. The pull of an image the store already holds
 #    is quick, so each attempt kills sooner; an attempt whose pull has already finished is not
