@@ -426,8 +426,8 @@ for line in sys.stdin:
         elif "image-volumes/" + sb + "/" in k and opened > 0: n += 1
 print(n)' "$SID_EV")
   check "5h: in 30 rounds no attacker volume showed team-a's private file (leaks: $leaks)" test "$leaks" -eq 0
-  check "5h: and none of attacker's containers got created with it ($(grep -l "$PRIVMSG" "$WORK"/race-[cd]*.out 2>/dev/null | wc -l) outputs)" \
-    test "$(cat "$WORK"/race-[cd]*.out | grep -c 'pullgate denied')" -ge 30
+  denials=$(cat "$WORK"/race-[cd]*.out | grep -c 'pullgate denied')
+  check "5h: pullgate refused the attacker's containers ($denials of 60 outputs name its refusal)" test "$denials" -ge 30
   check "5h: team-a's 30 containers all ran ($victim_ok)" test "$victim_ok" -eq 30
   check "5h: the operations overlapped: $overlap attacker volume Prepares came while a team-a admission was open" test "${overlap:-0}" -ge 1
   front StopPodSandbox "{\"pod_sandbox_id\":\"$SID_EV\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$SID_EV\"}" >/dev/null 2>&1
