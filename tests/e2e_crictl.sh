@@ -10,7 +10,8 @@
 # container's states, exec's and the log's content, the containers `ps` and `stats` list. The
 # read-only calls are also asked of both sockets at the same moment and must agree.
 # And through the front: `crictl pull` without or with a wrong credential fails as the registry
-# says; `crictl pull --creds` records a grant (namespace-wide in k8s.io without --pod-config).
+# says; `crictl pull --creds --pod-config` records the pod's grant (without --pod-config the
+# pull is the node's, principal @node, which lets no pod run the image).
 # Usage: tests/e2e_crictl.sh VERSION
 CRI_BIN=   # (cri_lib.sh waits for CRI with crictl here, not with examples/cri)
 source "$(dirname "$0")/lib.sh"
@@ -68,14 +69,16 @@ session() {
   log "crictl $([ "$via" = front ] && echo "through pullgate's front" || echo "straight to containerd's CRI") ($w)"
   check_refused "$w: crictl pull without a credential fails as the registry says" "401|unauthorized|authoriz|credentials" "" $via pull "$PRIV"
   check_refused "$w: crictl pull with a wrong password fails" "401|unauthorized|authoriz|rejected|credentials" "wrong-Pw-9" $via pull --creds "alice:wrong-Pw-9" "$PRIV"
-  out=$($via pull --creds "alice:$PW_ALICE" "$PRIV" 2>&1); rc=$?
-  check "$w: crictl pull --creds ($out)" test $rc -eq 0
+  # (--pod-config: the pull is the pod's, as kubelet's is; without it, through the front, the pull
+  # is the node's, and no pod runs the image on it: checked below.)
+  pod_json "$w"
+  out=$($via pull --creds "alice:$PW_ALICE" --pod-config "$WORK/pod-$w.json" "$PRIV" 2>&1); rc=$?
+  check "$w: crictl pull --creds --pod-config ($out)" test $rc -eq 0
   printf -v "R_pull_$w" '%s' "$(grep -oE 'sha256:[0-9a-f]{64}' <<<"$out")"
   out=$($via images 2>&1) || fail "$w: crictl images: $out"
   printf -v "R_images_$w" '%s' "$(awk -v r="$REG_h/private/app" '$1 == r {print $1, $2, $3, $4, $5}' <<<"$out")"
   out=$($via inspecti -o json "$PRIV" 2>&1) || fail "$w: crictl inspecti: $out"
   printf -v "R_inspecti_$w" '%s' "$(jq_ -c '.status | {id, repoTags, repoDigests, size, username, uid}' <<<"$out" 2>&1)"
-  pod_json "$w"
   POD=$($via runp "$WORK/pod-$w.json" 2>"$WORK/err") || fail "$w: crictl runp: $(cat "$WORK/err")"
   check "$w: crictl runp made a pod ($POD)" test -n "$POD" -a "${#POD}" = 64
   printf -v "R_podstate_$w" '%s' "$($via inspectp -o json "$POD" 2>/dev/null | jq_ .status.state)"
@@ -109,8 +112,17 @@ session direct direct
 # settle containerd's GC, so that the front's pull starts from a node without the image
 ctr_ -n k8s.io leases create --id settle >/dev/null && ctr_ -n k8s.io leases delete --sync settle >/dev/null
 session front front
-check_out "the front's pull recorded a grant in k8s.io (namespace-wide: crictl sends no pod)" "k8s.io" \
+check_out "the front's pull recorded the pod's grant in k8s.io (principal team-front)" "team-front" \
   "$PG_BIN" grants --address "$PG/api.sock" -n k8s.io
+# Without --pod-config the pull is the node's: it records a grant for @node, and no pod runs the
+# image on it.
+out=$(front pull --creds "alice:$PW_ALICE" "$PRIV" 2>&1) && pass "front: crictl pull --creds without --pod-config ($out)" || fail "front: crictl pull --creds without --pod-config: $out"
+check_out "that pull's grant is the node's (@node)" "@node" "$PG_BIN" grants --address "$PG/api.sock" -n k8s.io
+pod_json node
+NPOD=$(front runp "$WORK/pod-node.json" 2>"$WORK/err") || fail "front: crictl runp (team-node): $(cat "$WORK/err")"
+check_refused "front: team-node's pod (no pull of its own) is refused the image the node pulled" "pullgate refused pod team-node/app-node" "$PRIVMSG" \
+  front create "$NPOD" "$WORK/ctr-node.json" "$WORK/pod-node.json"
+front stopp "$NPOD" >/dev/null 2>&1; front rmp "$NPOD" >/dev/null 2>&1
 
 log "the same answers both ways"
 for r in pull images inspecti podstate state exec execsync logs ps stats gone; do
