@@ -220,7 +220,21 @@ impl Front {
         let (meta, _, mut incoming) = req.into_parts();
         let body = incoming.next().await.ok_or_else(|| Status::invalid_argument("pullgate: the request has no message"))??;
         let resp = match path.as_str() {
-            PULL_IMAGE => self.pull_image(body).await.map(Response::new)?,
+            PULL_IMAGE => {
+                // The client's deadline (gRPC's grpc-timeout): a pull still going when it passes
+                // is abandoned, and one that failed after it answers DeadlineExceeded, as the
+                // client (and containerd's own CRI) would report it.
+                let deadline = grpc_deadline(&meta);
+                let pulled = match deadline {
+                    Some(d) => tokio::time::timeout_at(d, self.pull_image(body)).await.unwrap_or_else(|_| Err(deadline_passed())),
+                    None => self.pull_image(body).await,
+                };
+                match pulled {
+                    Err(_) if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) => Err(deadline_passed()),
+                    other => other,
+                }
+                .map(Response::new)?
+            }
             CREATE_CONTAINER => self.create_container(meta, body).await?,
             _ => self.run_pod_sandbox(meta, body).await?,
         };
@@ -463,6 +477,27 @@ impl Front {
     }
 }
 
+/// The instant the client's `grpc-timeout` (gRPC's "<digits><H|M|S|m|u|n>") gives the call.
+fn grpc_deadline(meta: &tonic::metadata::MetadataMap) -> Option<tokio::time::Instant> {
+    let v = meta.get("grpc-timeout")?.to_str().ok()?;
+    let (n, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = n.parse().ok()?;
+    let d = match unit {
+        "H" => std::time::Duration::from_secs(n.saturating_mul(3600)),
+        "M" => std::time::Duration::from_secs(n.saturating_mul(60)),
+        "S" => std::time::Duration::from_secs(n),
+        "m" => std::time::Duration::from_millis(n),
+        "u" => std::time::Duration::from_micros(n),
+        "n" => std::time::Duration::from_nanos(n),
+        _ => return None,
+    };
+    tokio::time::Instant::now().checked_add(d)
+}
+
+fn deadline_passed() -> Status {
+    Status::deadline_exceeded("pullgate: the client's deadline passed before the pull finished")
+}
+
 fn who(principal: &str) -> String {
     if principal.is_empty() { "no principal".to_string() } else { format!("principal {principal:?}") }
 }
@@ -555,6 +590,24 @@ pub fn services(front: Front) -> (Svc<false>, Svc<true>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grpc_deadlines() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let mut m = tonic::metadata::MetadataMap::new();
+            assert!(grpc_deadline(&m).is_none());
+            for (v, ms) in [("1m", 1u64), ("2S", 2000), ("500u", 0), ("3M", 180_000)] {
+                m.insert("grpc-timeout", v.parse().unwrap());
+                let d = grpc_deadline(&m).unwrap() - tokio::time::Instant::now();
+                assert!(d <= std::time::Duration::from_millis(ms.max(1)), "{v}: {d:?}");
+            }
+            for bad in ["", "m", "1x", "-1m", "99999999999999999999H"] {
+                m.insert("grpc-timeout", bad.parse().unwrap());
+                assert!(grpc_deadline(&m).is_none(), "{bad}");
+            }
+        });
+    }
 
     #[test]
     fn chain_locks_are_forgotten_when_free() {
