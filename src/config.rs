@@ -144,6 +144,13 @@ pub fn parse_duration_secs(s: &str) -> Option<u64> {
 impl Config {
     /// The gate's configuration (validated by `parse`).
     pub fn gate(&self) -> crate::gate::GateConfig {
+        let require_principal = self.namespaces_requiring_principal();
+        // Principals are tenants of their own where they are required, and in k8s.io under the
+        // CRI front (each pod's namespace is one) even where an operator turned that off.
+        let mut tenant_principals = require_principal.clone();
+        if self.cri.enable {
+            tenant_principals.insert(CRI_NAMESPACE.to_string());
+        }
         crate::gate::GateConfig {
             policy: self.policy.verification,
             allowlist: self.policy.allowlist.iter().filter_map(|a| crate::reference::AllowPattern::parse(a).ok()).collect(),
@@ -153,14 +160,8 @@ impl Config {
                 .as_deref()
                 .and_then(parse_duration_secs)
                 .map(|s| (s as i64).saturating_mul(1_000_000_000)),
-            require_principal: self.namespaces_requiring_principal(),
-            tenant_principals: {
-                let mut t = self.namespaces_requiring_principal();
-                if self.cri.enable {
-                    t.insert(CRI_NAMESPACE.to_string());
-                }
-                t
-            },
+            require_principal,
+            tenant_principals,
         }
     }
 
