@@ -408,8 +408,8 @@ impl Containerd {
     /// Makes a blob that containerd already holds (shared content store) part of this
     /// namespace without sending bytes: containerd reports such an ingest as complete, and
     /// committing it with the expected digest adopts the blob. False when containerd does not
-    /// have it.
-    pub async fn adopt_content(&self, digest: &str, size: u64) -> Result<bool> {
+    /// have it. `labels` are set with the commit (one metadata transaction, not two).
+    pub async fn adopt_content(&self, digest: &str, size: u64, labels: &HashMap<String, String>) -> Result<bool> {
         let r#ref = format!("pullgate-adopt-{}", uuid::Uuid::new_v4());
         let context = || format!("adopt content {digest}");
         let (tx, rx) = tokio::sync::mpsc::channel::<WriteContentRequest>(2);
@@ -433,6 +433,7 @@ impl Containerd {
                 total: size as i64,
                 expected: digest.to_string(),
                 offset: size as i64,
+                labels: labels.clone(),
                 ..Default::default()
             };
             let sent = tx.send(commit).await.is_ok();
@@ -688,17 +689,22 @@ impl ContentWriter {
         self.write(&data).await
     }
 
-    /// Commits with `labels`; containerd checks size and digest again.
+    /// Commits with `labels`; containerd checks size and digest again. A blob the namespace
+    /// already had (a concurrent writer committed first) gets the labels by an update.
     pub async fn commit(mut self, labels: HashMap<String, String>) -> Result<()> {
         self.flush().await?;
-        let m = self.message(WriteAction::Commit, Vec::new(), labels);
+        let m = self.message(WriteAction::Commit, Vec::new(), labels.clone());
         self.send(m).await?;
         self.tx = None;
         let task = self.task.take();
         match task {
             Some(t) => match t.await {
                 Ok(r) => match r {
-                    Err(e) if e.code == Code::AlreadyExists => Ok(()),
+                    Err(e) if e.code == Code::AlreadyExists && labels.is_empty() => Ok(()),
+                    Err(e) if e.code == Code::AlreadyExists => {
+                        let c = Containerd { channel: self.channel.clone(), namespace: self.namespace.clone(), lease: self.lease.clone(), blobs: None };
+                        c.label_content(&self.digest, &labels).await
+                    }
                     other => other,
                 },
                 Err(e) => Err(ContainerdError { context: "write content".into(), status: e.to_string(), code: Code::Internal }),

@@ -242,7 +242,10 @@ impl Puller {
         let identity = self.key.identity(&req.reference.host, req.cred.as_ref());
         let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), config: image.config.digest.clone(), ..Default::default() };
         let facts = self.facts(&image, &out.manifest)?;
-        let mut got = self.gather(&image, &facts, full, sess, resolved, cd).await?;
+        // Where the blobs came from, and for whom: set on each blob with the commit that puts it
+        // in the namespace (download, copy, adoption), else by `label` once the grant stands.
+        let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
+        let mut got = self.gather(&image, &facts, full, sess, resolved, cd, &who).await?;
         stages.done("gather");
         out.downloaded = std::mem::take(&mut got.downloaded);
         crate::crashpoint::hit("pull.fetched");
@@ -251,7 +254,6 @@ impl Puller {
         stages.done("check");
         self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity)?;
         stages.done("record");
-        let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
         self.place(&mut got, sess, cd, &who, (!full).then_some(out.manifest.as_str()), req.progress.as_deref()).await?;
         stages.done("place");
         out.downloaded.append(&mut got.downloaded);
@@ -295,7 +297,17 @@ impl Puller {
     /// does not (copied by `place` once the grant stands), fetches what a pull still lacks and
     /// the node does not hold, and hashes every layer blob pullgate has not paired yet: while it
     /// downloads, or read back from containerd's content store when the bytes are on the node.
-    async fn gather(&self, image: &Image, facts: &Facts, full: bool, sess: &mut Session, resolved: &registry::Resolved, cd: &mut Containerd) -> Result<Gathered> {
+    #[allow(clippy::too_many_arguments)]
+    async fn gather(
+        &self,
+        image: &Image,
+        facts: &Facts,
+        full: bool,
+        sess: &mut Session,
+        resolved: &registry::Resolved,
+        cd: &mut Containerd,
+        who: &HashMap<String, String>,
+    ) -> Result<Gathered> {
         let mut got = Gathered::default();
         let needs_hash = |i: usize| i > 0 && facts.paired[i - 1].is_none();
         let digests = image.digests();
@@ -344,9 +356,10 @@ impl Puller {
                 // The namespace is entitled to these bytes: the origin accepted its credential
                 // for a manifest naming them, and served them.
                 let tried = !in_ns && shared != Some(false) && (got.needs_content || shared.is_none());
-                let adopted = tried && cd.adopt_content(&b.digest, b.size).await?;
+                let adopted = tried && cd.adopt_content(&b.digest, b.size, who).await?;
                 if adopted {
                     shared = Some(true);
+                    got.labelled.insert(b.digest.clone());
                 }
                 if in_ns || adopted {
                     got.present.insert(b.digest.clone());
@@ -374,7 +387,7 @@ impl Puller {
                         None => {}
                     }
                 }
-            } else if in_ns || cd.adopt_content(&b.digest, b.size).await? {
+            } else if in_ns || cd.adopt_content(&b.digest, b.size, &HashMap::new()).await? {
                 // containerd holds the bytes, but this origin never served them: fetch them from
                 // it and compare, rather than trust a manifest that merely names them.
                 got.present.insert(b.digest.clone());
@@ -386,7 +399,7 @@ impl Puller {
                 got.newly_served.push(b.digest.clone());
             }
         }
-        let done = Job::run_all(jobs, sess, cd, FETCH_CONCURRENCY).await;
+        let done = Job::run_all(jobs, sess, cd, who, FETCH_CONCURRENCY).await;
         for d in done {
             got.took(d?);
         }
@@ -399,7 +412,7 @@ impl Puller {
                 Ok(v) => got.verified.push(v),
                 Err(e) if holder.is_some() => {
                     tracing::warn!(digest = %b.digest, error = %e, "cannot read the blob in another namespace; fetching it from the origin");
-                    got.fetch_instead(b, true, sess, cd).await?;
+                    got.fetch_instead(b, true, sess, cd, who).await?;
                 }
                 Err(e) => return Err(e),
             }
@@ -413,7 +426,7 @@ impl Puller {
                     Ok(bytes) => got.config = Some(bytes),
                     Err(e) => {
                         tracing::warn!(digest = %b.digest, error = %e, "cannot read the config in another namespace; fetching it from the origin");
-                        got.fetch_instead(b, false, sess, cd).await?;
+                        got.fetch_instead(b, false, sess, cd, who).await?;
                     }
                 }
             }
@@ -443,8 +456,8 @@ impl Puller {
             cd.begin_lease(hold).await?;
         }
         let cd = &*cd;
-        let jobs = std::mem::take(&mut got.to_copy).into_iter().map(|(blob, from, keep)| Job::Copy { blob, from, keep, labels: who.clone() });
-        let done = Job::run_all(jobs, sess, cd, COPY_CONCURRENCY).await;
+        let jobs = std::mem::take(&mut got.to_copy).into_iter().map(|(blob, from, keep)| Job::Copy { blob, from, keep });
+        let done = Job::run_all(jobs, sess, cd, who, COPY_CONCURRENCY).await;
         for d in done {
             let d = d?;
             if let (Done::Copied(digest), Some(p)) = (&d, progress) {
@@ -534,7 +547,7 @@ impl Puller {
     /// Labels in the namespace's content store: where the blobs came from, and for whom (a
     /// copied blob got them with its commit).
     async fn label(&self, image: &Image, got: &Gathered, who: &HashMap<String, String>, cd: &Containerd) -> Result<()> {
-        for b in image.all().filter(|b| got.present.contains(&b.digest) && !got.copied.contains(&b.digest)) {
+        for b in image.all().filter(|b| got.present.contains(&b.digest) && !got.labelled.contains(&b.digest)) {
             match cd.label_content(&b.digest, who).await {
                 // A verify that placed nothing holds no lease: containerd's GC may have just
                 // taken a blob no image referenced. The labels only describe; the grant stands.
@@ -671,7 +684,7 @@ impl Puller {
     /// Streams one blob from the origin (checked against its digest) into the content store,
     /// or, when `keep` is false, only reads and checks it; with `hash`, computes its layer ID
     /// from the same bytes.
-    async fn fetch(sess: &mut Session, cd: &Containerd, b: &Blob, keep: bool, hash: bool) -> Result<Option<Verified>> {
+    async fn fetch(sess: &mut Session, cd: &Containerd, b: &Blob, keep: bool, hash: bool, labels: &HashMap<String, String>) -> Result<Option<Verified>> {
         let mut reader = sess.open_blob(&b.digest, b.size).await?;
         let mut hasher = hash.then(|| BackgroundHasher::new(&b.digest, b.size));
         let mut w = keep.then(|| cd.writer(&b.digest, b.size));
@@ -684,7 +697,7 @@ impl Puller {
             }
         }
         if let Some(w) = w {
-            w.commit(HashMap::new()).await?;
+            w.commit(labels.clone()).await?;
         }
         crate::metrics::record_downloaded(b.size);
         match hasher {
@@ -830,6 +843,9 @@ struct Gathered {
     downloaded: Vec<String>,
     /// Blobs copied into the namespace from another namespace's content.
     copied: Vec<String>,
+    /// Blobs this pull put in the namespace with its origin labels (downloaded, copied,
+    /// adopted): `label` leaves them alone.
+    labelled: std::collections::HashSet<String>,
     /// Blobs to copy from another namespace once the grant stands: (blob, that namespace,
     /// whether the pull needs them if the copy fails).
     to_copy: Vec<(Blob, String, bool)>,
@@ -842,9 +858,8 @@ struct Gathered {
 
 /// Getting one blob's bytes for a pull or verify.
 enum Job {
-    /// From another namespace's content on the node, committed with `labels`; if that fails
-    /// and `keep`, from the origin.
-    Copy { blob: Blob, from: String, keep: bool, labels: HashMap<String, String> },
+    /// From another namespace's content on the node; if that fails and `keep`, from the origin.
+    Copy { blob: Blob, from: String, keep: bool },
     /// From the origin: kept in the content store, or only compared; hashed, or not.
     Fetch { blob: Blob, keep: bool, hash: bool },
 }
@@ -856,21 +871,21 @@ enum Done {
 }
 
 impl Job {
-    /// Runs jobs, `at_once` at a time.
-    async fn run_all(jobs: impl IntoIterator<Item = Job>, sess: &Session, cd: &Containerd, at_once: usize) -> Vec<Result<Done>> {
+    /// Runs jobs, `at_once` at a time; what they keep is committed with `labels`.
+    async fn run_all(jobs: impl IntoIterator<Item = Job>, sess: &Session, cd: &Containerd, labels: &HashMap<String, String>, at_once: usize) -> Vec<Result<Done>> {
         futures_util::stream::iter(jobs)
             .map(|job| {
                 let mut s = sess.clone();
-                async move { job.run(&mut s, cd).await }
+                async move { job.run(&mut s, cd, labels).await }
             })
             .buffer_unordered(at_once)
             .collect()
             .await
     }
 
-    async fn run(self, sess: &mut Session, cd: &Containerd) -> Result<Done> {
+    async fn run(self, sess: &mut Session, cd: &Containerd, labels: &HashMap<String, String>) -> Result<Done> {
         let (blob, keep, hash) = match self {
-            Job::Copy { blob, from, keep, labels } => match cd.copy_from(&from, &blob.digest, blob.size, &labels).await {
+            Job::Copy { blob, from, keep } => match cd.copy_from(&from, &blob.digest, blob.size, labels).await {
                 Ok(()) => return Ok(Done::Copied(blob.digest)),
                 Err(e) => {
                     tracing::warn!(digest = %blob.digest, from = %from, error = %e, "cannot copy the blob from another namespace on the node");
@@ -882,7 +897,7 @@ impl Job {
             },
             Job::Fetch { blob, keep, hash } => (blob, keep, hash),
         };
-        let verified = Puller::fetch(sess, cd, &blob, keep, hash).await?;
+        let verified = Puller::fetch(sess, cd, &blob, keep, hash, labels).await?;
         Ok(Done::Fetched { digest: blob.digest, keep, verified })
     }
 }
@@ -890,10 +905,10 @@ impl Job {
 impl Gathered {
     /// The other namespace's copy of `b` went (deleted, collected) or cannot be read: the origin
     /// serves the bytes instead (hashed when `hash`), kept if the pull needs them; no copy.
-    async fn fetch_instead(&mut self, b: Blob, hash: bool, sess: &Session, cd: &Containerd) -> Result<()> {
+    async fn fetch_instead(&mut self, b: Blob, hash: bool, sess: &Session, cd: &Containerd, labels: &HashMap<String, String>) -> Result<()> {
         let keep = self.to_copy.iter().any(|(c, _, keep)| c.digest == b.digest && *keep);
         self.to_copy.retain(|(c, _, _)| c.digest != b.digest);
-        self.took(Job::Fetch { blob: b, keep, hash }.run(&mut sess.clone(), cd).await?);
+        self.took(Job::Fetch { blob: b, keep, hash }.run(&mut sess.clone(), cd, labels).await?);
         Ok(())
     }
 
@@ -901,11 +916,13 @@ impl Gathered {
         match d {
             Done::Copied(digest) => {
                 self.present.insert(digest.clone());
+                self.labelled.insert(digest.clone());
                 self.copied.push(digest);
             }
             Done::Fetched { digest, keep, verified } => {
                 if keep {
                     self.present.insert(digest.clone());
+                    self.labelled.insert(digest.clone());
                 }
                 self.verified.extend(verified);
                 self.downloaded.push(digest);
