@@ -10,6 +10,10 @@
 #      which copy the blobs on the node, against containerd's own isolated pull
 #   2. pullgate pull vs ctr images pull --snapshotter overlayfs into an empty store
 #   3. twenty namespaces using the same image: time and disk, pullgate vs overlayfs
+#   4. an application on a public base (about 100 MB public, 20 MB private) under the isolated
+#      store: a new tenant's pullgate pull (public blobs adopted from pullgate's public
+#      namespace, private ones copied) against containerd's own isolated pull; then verify and
+#      pull at 1, 1,000 and 10,000 namespaces
 #   5. ctr run --rm latency: gate on (grant checked) vs NeverVerify vs overlayfs, interleaved
 # Usage: sudo bench/gate.sh   (REPS, RUNS, NS_COUNT override the repetitions)
 set -euo pipefail
@@ -59,12 +63,13 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   type = "snapshot"
   address = "$PGI/snapshotter.sock"
 TOML
-/usr/bin/containerd --config "$ISO/config.toml" >"$ISO/log" 2>&1 &
+# containerd 1.7: the first to honour a shareable namespace (pullgate's public namespace).
+"$(containerd_bindir 1.7)/containerd" --config "$ISO/config.toml" >"$ISO/log" 2>&1 &
 PIDS+=($!)
-ISOCTR=(/usr/bin/ctr -a "$ISO/containerd.sock")
+ISOCTR=("$(containerd_bindir 1.7)/ctr" -a "$ISO/containerd.sock")
 wait_for 30 "${ISOCTR[@]}" version
 nlayers=$(python3 -c "import json; i=json.load(open('$WORK/img/index.json')); d=i['manifests'][0]['digest'].split(':')[1]; print(len(json.load(open('$WORK/img/blobs/sha256/'+d))['layers']))")
-echo "image: $nlayers layers, ${size} MB compressed, private on a token-auth registry; containerd 1.6"
+echo "image: $nlayers layers, ${size} MB compressed, private on a token-auth registry; containerd 1.6 (the isolated one: 1.7)"
 
 echo; echo "## 1. re-authentication in a fresh namespace (tenant A pulled the image first)"
 pgi() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PGI/api.sock" "$@"; }
@@ -91,13 +96,30 @@ for rep in $(seq 1 "$REPS"); do
   pgi pull -n "pi$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated pull failed"
   t1=$(now); T[ipull]+="$(elapsed "$t0" "$t1") "; B[ipull]+="$(registry_bytes "$m1" "$m2") "
 done
+# The network floor, measured here: what the registry and its token server take to answer a
+# token request and a manifest request (curl's time_total, median of 20 each), and one
+# fsync'd write of a small file on the disk under pullgate's root (median of 20).
+realm=$(token_realm t)
+for i in $(seq 1 20); do
+  tok=$(curl -s -u "alice:$PW" -w '\n%{time_total}' "$realm?service=registry&scope=repository:private/bench:pull")
+  T[ftoken]+="$(tail -n 1 <<<"$tok") "
+  token=$(head -n 1 <<<"$tok" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("token") or d["access_token"])')
+  T[fmanifest]+="$(curl -s -o /dev/null -w '%{time_total}' -H "Authorization: Bearer $token" \
+    -H 'Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json' \
+    "http://$REG_t/v2/private/bench/manifests/v1") "
+  T[fsync]+="$(python3 -c 'import os,sys,time; p=sys.argv[1]+"/fsync-probe"; t=time.perf_counter(); f=os.open(p, os.O_WRONLY|os.O_CREAT|os.O_TRUNC, 0o600); os.write(f, b"x"*4096); os.fsync(f); os.close(f); print(time.perf_counter()-t)' "$PG/root") "
+done
+tfloor=$(echo "$(med "${T[ftoken]}") + $(med "${T[fmanifest]}")" | bc -l); tfsync=$(med "${T[fsync]}")
 tv=$(med "${T[verify]}"); ti=$(med "${T[iso]}"); tc=$(med "${T[ctr]}")
 printf '| %-52s | %9s | %12s |\n' "re-authentication ($REPS runs, median)" "time" "bytes served"
 printf '|%s|%s|%s|\n' "------------------------------------------------------" "-----------" "--------------"
 printf '| %-52s | %7.3f s | %12s |\n' "pullgate verify" "$tv" "$(med "${B[verify]}")"
 printf '| %-52s | %7.3f s | %12s |\n' "full pull into an isolated content store" "$ti" "$(med "${B[iso]}")"
 printf '| %-52s | %7.3f s | %12s |\n' "ctr images pull (shared store, trusts cached blobs)" "$tc" "$(med "${B[ctr]}")"
+printf '| %-52s | %7.4f s | %12s |\n' "network floor: token + manifest request (curl, median of 20)" "$tfloor" ""
+printf '| %-52s | %7.4f s | %12s |\n' "one fsync'd 4 KiB write under pullgate's root (median of 20)" "$tfsync" ""
 printf 'verify / isolated full pull: time %.1f%% (target <= 5%%), bytes %s (target < 16384)\n' "$(echo "100 * $tv / $ti" | bc -l)" "$(med "${B[verify]}")"
+printf 'verify / (network floor + fsync): %.2f (target <= 2.0); bytes from registry and token server %s (target <= 4096)\n' "$(echo "$tv / ($tfloor + $tfsync)" | bc -l)" "$(med "${B[verify]}")"
 tiv=$(med "${T[iverify]}"); tip=$(med "${T[ipull]}")
 echo
 printf '| %-52s | %9s | %12s |\n' "a new tenant, isolated content store ($REPS runs, median)" "time" "bytes served"
@@ -144,6 +166,72 @@ printf '| %-52s | %9s | %10s |\n' "$NS_COUNT namespaces, same image" "total time
 printf '|%s|%s|%s|\n' "------------------------------------------------------" "-----------" "------------"
 printf '| %-52s | %7.2f s | %10.1f |\n' "pullgate (verify + adopted chain per namespace)" "$tpg" "$(echo "$dpg / 1048576" | bc -l)"
 printf '| %-52s | %7.2f s | %10.1f |\n' "overlayfs (one extraction per namespace)" "$tov" "$(echo "$dov / 1048576" | bc -l)"
+printf 'pullgate, %d new tenants ready to run: %.2f s in all (target <= 1.0 s for 20), %.3f s each\n' "$NS_COUNT" "$tpg" "$(echo "$tpg / $NS_COUNT" | bc -l)"
+
+echo; echo "## 4. an application on a public base, isolated content store (containerd 1.7)"
+# public/base: about 100 MB in 5 layers of 20 MB plus the busybox base, readable without
+# credentials; private/onbase: the same layers and one more of 20 MB (and its own config and
+# top layer). Tenant pa pulls the base without credentials (pullgate then knows those blobs are
+# public at their origin) and the application; tenant pw, the first to need them from the
+# node, puts the public blobs into pullgate's public namespace. Then each new tenant.
+python3 "$REPO/tests/mkimage.py" "$WORK/pubbase" --tag v1 --extra-layers 5 --layer-mb 20 --seed 9 --message "public base" >/dev/null
+python3 "$REPO/tests/mkimage.py" "$WORK/onbase" --tag v1 --extra-layers 6 --layer-mb 20 --seed 9 --message "private app" >/dev/null
+cat > "$WORK/acl.json" <<JSON
+{"users": {"alice": "$PW", "admin": "$PW"}, "access": {"alice": ["private/*"], "admin": ["*"]}, "anonymous": ["public/*"], "push": ["admin"]}
+JSON
+PUBIMG=$REG_t/public/base:v1; APPIMG=$REG_t/private/onbase:v1
+push_image "$WORK/pubbase" v1 "$PUBIMG" "admin:$PW"
+push_image "$WORK/onbase" v1 "$APPIMG" "admin:$PW"
+pgi pull -n pa --plain-http "$PUBIMG" >/dev/null 2>&1 || echo "anonymous pull of the base failed"
+pgi pull -n pa --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1 || echo "pull of the application failed"
+pgi pull -n pw --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1 || echo "warm-up pull failed"
+# bytes_of JSON_LIST: the layout sizes of the blobs named.
+sizes=$(python3 -c 'import json,os,sys; d=sys.argv[1]+"/blobs/sha256"; print(json.dumps({"sha256:"+f: os.path.getsize(os.path.join(d,f)) for f in os.listdir(d)}))' "$WORK/onbase")
+bytes_of() { python3 -c 'import json,sys; s=json.loads(sys.argv[1]); print(sum(s.get(d,0) for d in json.loads(sys.argv[2])))' "$sizes" "$1"; }
+for rep in $(seq 1 "$REPS"); do
+  sync; t0=$(now)
+  out=$(pgi pull -n "pp$rep" --plain-http --user "alice:$PW" -o json "$APPIMG" 2>/dev/null)
+  t1=$(now); T[ppull]+="$(elapsed "$t0" "$t1") "
+  B[pcopied]+="$(bytes_of "$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["copied"]))' "$out")") "
+  B[ppublic]+="$(bytes_of "$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["public"]))' "$out")") "
+  sync; t0=$(now)
+  "${ISOCTR[@]}" -n "pi$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$APPIMG" >/dev/null
+  t1=$(now); T[piso]+="$(elapsed "$t0" "$t1") "
+done
+tpp=$(med "${T[ppull]}"); tpi=$(med "${T[piso]}")
+app_mb=$(du -sm "$WORK/onbase/blobs" | cut -f1)
+printf '| %-52s | %9s | %14s |\n' "a new tenant, app on a public base ($REPS runs, median)" "time" "bytes copied"
+printf '|%s|%s|%s|\n' "------------------------------------------------------" "-----------" "----------------"
+printf '| %-52s | %7.3f s | %14s |\n' "containerd's own isolated pull (${app_mb} MB)" "$tpi" "-"
+printf '| %-52s | %7.3f s | %14s |\n' "pullgate pull (public blobs from its public namespace)" "$tpp" "$(med "${B[pcopied]}")"
+printf 'pullgate pull / isolated pull: %.2f (target <= 0.25); copied %s bytes, taken from the public namespace %s bytes\n' \
+  "$(echo "$tpp / $tpi" | bc -l)" "$(med "${B[pcopied]}")" "$(med "${B[ppublic]}")"
+
+# Verify and pull of the application in a new namespace with 1, 1,000 and 10,000 namespaces
+# on the node (empty ones: what costs is asking each for blobs).
+NS_SCALE=${NS_SCALE:-"1000 10000"}
+scale_run() { # LABEL
+  local i t0 t1
+  for i in $(seq 1 "$REPS"); do
+    sync; t0=$(now); pgi verify -n "sv$1-$i" --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1; t1=$(now); T[sv$1]+="$(elapsed "$t0" "$t1") "
+    sync; t0=$(now); pgi pull -n "sp$1-$i" --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1; t1=$(now); T[sp$1]+="$(elapsed "$t0" "$t1") "
+  done
+}
+scale_run base
+have=$("${ISOCTR[@]}" namespaces ls -q | wc -l)
+printf '| %-40s | %10s | %10s |\n' "namespaces on the node" "verify" "pull"
+printf '|%s|%s|%s|\n' "------------------------------------------" "------------" "------------"
+printf '| %-40s | %8.3f s | %8.3f s |\n' "$have" "$(med "${T[svbase]}")" "$(med "${T[spbase]}")"
+for n in $NS_SCALE; do
+  have=$("${ISOCTR[@]}" namespaces ls -q | wc -l)
+  seq "$have" "$n" | xargs -P 4 -I{} "${ISOCTR[@]}" namespaces create "scale-{}" >/dev/null 2>&1
+  scale_run "$n"
+  printf '| %-40s | %8.3f s | %8.3f s |\n' "$("${ISOCTR[@]}" namespaces ls -q | wc -l)" "$(med "${T[sv$n]}")" "$(med "${T[sp$n]}")"
+done
+for n in $NS_SCALE; do
+  printf 'at %s namespaces: verify %.2fx, pull %.2fx the time at a few (target within 1.2x)\n' "$n" \
+    "$(echo "$(med "${T[sv$n]}") / $(med "${T[svbase]}")" | bc -l)" "$(echo "$(med "${T[sp$n]}") / $(med "${T[spbase]}")" | bc -l)"
+done
 
 echo; echo "## 5. ctr run --rm latency"
 ctr_ -n r5 images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null

@@ -59,6 +59,7 @@ impl From<ApiError> for Status {
                 PullError::Rule(_) | PullError::ForgedLayer { .. } => Code::PermissionDenied,
                 PullError::Layer(_) => Code::DataLoss,
                 PullError::BadImage { .. } => Code::InvalidArgument,
+                PullError::PublicNamespace(_) => Code::PermissionDenied,
             },
         };
         Status::new(code, e.to_string())
@@ -151,6 +152,7 @@ impl Api {
             extracted: o.extracted as u32,
             adopted: o.adopted as u32,
             copied: o.copied,
+            public: o.public,
             held_until: o.held_until.unwrap_or_default(),
             warnings: o.warnings,
         }

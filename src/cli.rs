@@ -333,6 +333,7 @@ fn report(out: proto::PullResponse, output: Output) -> i32 {
             "identity": out.identity,
             "downloaded": out.downloaded,
             "copied": out.copied,
+            "public": out.public,
             "extracted": out.extracted,
             "adopted": out.adopted,
             "held_until": (!out.held_until.is_empty()).then_some(&out.held_until),
@@ -343,10 +344,14 @@ fn report(out: proto::PullResponse, output: Output) -> i32 {
     }
     println!("{}", out.manifest);
     eprintln!(
-        "identity {}, {} blob(s) downloaded, {} copied from the node, {} layer(s) extracted, {} adopted",
+        "identity {}, {} blob(s) downloaded, {} copied from the node,{} {} layer(s) extracted, {} adopted",
         out.identity,
         out.downloaded.len(),
         out.copied.len(),
+        match out.public.len() {
+            0 => String::new(),
+            n => format!(" {n} taken from pullgate's public namespace,"),
+        },
         out.extracted,
         out.adopted
     );

@@ -217,6 +217,12 @@ pub struct DaemonConfig {
     /// `auto` (overlayfs when it mounts in `root`, else copy), `overlay` or `copy`.
     #[serde(default)]
     pub driver: DriverChoice,
+    /// pullgate's own namespace in containerd, labelled shareable, where blobs pullgate
+    /// established as public at their origin are held once for every namespace to adopt under
+    /// an isolated content store on containerd 1.7+ (instead of a copy per namespace). Empty:
+    /// none (public blobs are copied like private ones).
+    #[serde(default = "default_public_namespace")]
+    pub public_namespace: String,
 }
 
 /// The daemon's log format.
@@ -233,6 +239,19 @@ fn default_snapshotter_socket() -> PathBuf { PathBuf::from("/run/pullgate/snapsh
 fn default_api_socket() -> PathBuf { PathBuf::from("/run/pullgate/api.sock") }
 fn default_containerd_address() -> PathBuf { PathBuf::from("/run/containerd/containerd.sock") }
 fn default_log_level() -> String { "info".to_string() }
+fn default_public_namespace() -> String { "pullgate-public".to_string() }
+
+/// containerd's rule for namespace names (its `identifiers.Validate`): up to 76 characters,
+/// letters and digits in runs joined by single '.', '_' or '-'.
+pub fn is_containerd_identifier(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 76
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+        && !b.windows(2).any(|w| !w[0].is_ascii_alphanumeric() && !w[1].is_ascii_alphanumeric())
+}
 
 impl Default for DaemonConfig {
     fn default() -> Self {
@@ -244,6 +263,7 @@ impl Default for DaemonConfig {
             log_level: default_log_level(),
             log_format: LogFormat::Text,
             driver: DriverChoice::Auto,
+            public_namespace: default_public_namespace(),
         }
     }
 }
@@ -276,6 +296,15 @@ impl Config {
             if !p.is_absolute() {
                 return Err(ConfigError::Invalid(format!("[daemon] {name} must be an absolute path, got {}", p.display())));
             }
+        }
+        if !d.public_namespace.is_empty() && !is_containerd_identifier(&d.public_namespace) {
+            return Err(ConfigError::Invalid(format!(
+                "[daemon] public_namespace {:?} is not a containerd namespace name (letters and digits joined by single '.', '_' or '-', at most 76)",
+                crate::reference::excerpt(&d.public_namespace)
+            )));
+        }
+        if self.cri.enable && d.public_namespace == CRI_NAMESPACE {
+            return Err(ConfigError::Invalid(format!("[daemon] public_namespace must not be the CRI namespace {CRI_NAMESPACE}")));
         }
         if d.snapshotter_socket == d.api_socket {
             return Err(ConfigError::Invalid("[daemon] snapshotter_socket and api_socket must differ".into()));
@@ -322,6 +351,19 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn public_namespace_names_follow_containerd() {
+        for ok in ["pullgate-public", "a", "p.q_r-s", "x9"] {
+            assert!(is_containerd_identifier(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "a..b", "a/b", "a b", "ä", &"a".repeat(77)] {
+            assert!(!is_containerd_identifier(bad), "{bad}");
+        }
+        assert!(Config::parse("[daemon]\npublic_namespace = 'bad name'\n").is_err());
+        assert!(Config::parse("[daemon]\npublic_namespace = ''\n").is_ok());
+        assert!(Config::parse("[daemon]\npublic_namespace = 'k8s.io'\n[cri]\nenable = true\n").is_err());
+    }
 
     #[test]
     fn the_example_parses() {

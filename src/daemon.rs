@@ -118,13 +118,17 @@ async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
 /// `containerd.io/namespace.shareable=true`: containerd 1.7+ lets every namespace read their
 /// blobs whatever the content sharing policy, and pullgate cannot stop a client from setting
 /// the label. `pullgate pull` and `verify` warn again for their namespace.
-async fn report_shareable(address: std::path::PathBuf) {
+async fn report_shareable(address: std::path::PathBuf, public_namespace: String) {
     for _ in 0..60 {
         let listed = match crate::pull::containerd::Containerd::connect(&address, "").await {
             Ok(cd) => tokio::time::timeout(std::time::Duration::from_secs(5), cd.shareable_namespaces()).await.ok().and_then(Result::ok),
             Err(_) => None,
         };
         if let Some(list) = listed {
+            let (own, list): (Vec<String>, Vec<String>) = list.into_iter().partition(|ns| *ns == public_namespace);
+            for ns in &own {
+                tracing::info!(namespace = %ns, "pullgate's public namespace: it holds only blobs their origin serves without credentials, for every namespace to take without a copy");
+            }
             for ns in &list {
                 tracing::warn!(namespace = %ns, label = crate::pull::containerd::SHAREABLE_LABEL,
                     "namespace shares its blobs with every namespace (containerd 1.7+), private images' included");
@@ -170,7 +174,11 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         hosts_dir: cfg.registry.hosts_dir.clone(),
         timeout: cfg.registry.timeout(),
         stale_leases_gone: tokio::sync::OnceCell::new(),
-        content_blobs: tokio::sync::OnceCell::new(),
+        channel: crate::pull::containerd::lazy_channel(cfg.daemon.containerd_address.clone()),
+        node: tokio::sync::OnceCell::new(),
+        public_namespace: Some(cfg.daemon.public_namespace.clone()).filter(|n| !n.is_empty()),
+        public_ready: tokio::sync::OnceCell::new(),
+        holders: Default::default(),
     });
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(tx));
@@ -200,7 +208,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
     }
     // Every socket is bound and listening (connections queue until the servers poll them).
     notify_ready();
-    tokio::spawn(report_shareable(cfg.daemon.containerd_address.clone()));
+    tokio::spawn(report_shareable(cfg.daemon.containerd_address.clone(), cfg.daemon.public_namespace.clone()));
     let cri = async {
         let (Some(path), Some(listener)) = (&cri_sock, cri_listener) else { return Ok(()) };
         let upstream = cfg.cri.containerd_address.clone().unwrap_or_else(|| cfg.daemon.containerd_address.clone());

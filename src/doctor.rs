@@ -554,10 +554,10 @@ pub fn check_sharing(cfg: &ContainerdConfig, cfg_path: &Path) -> Check {
 
 /// Namespaces that default to pullgate, those that do not, and those whose blobs every
 /// namespace may read.
-pub fn check_namespaces(d: &Daemon, cri_is_pullgate: bool) -> Vec<Check> {
+pub fn check_namespaces(d: &Daemon, cri_is_pullgate: bool, public_namespace: &str) -> Vec<Check> {
     let mut out = Vec::new();
     let (mut ours, mut unlabelled, mut others) = (Vec::new(), Vec::new(), Vec::new());
-    for (name, labels) in &d.namespaces {
+    for (name, labels) in d.namespaces.iter().filter(|(n, _)| public_namespace.is_empty() || n != public_namespace) {
         match labels.get(DEFAULT_SNAPSHOTTER_LABEL).map(String::as_str) {
             Some(SNAPSHOTTER_NAME) => ours.push(name.as_str()),
             // CRI's own setting decides for its namespace.
@@ -584,6 +584,17 @@ pub fn check_namespaces(d: &Daemon, cri_is_pullgate: bool) -> Vec<Check> {
         out.push(ok("namespaces", format!("no namespace yet; label new ones {DEFAULT_SNAPSHOTTER_LABEL}=pullgate")));
     }
     for (name, labels) in &d.namespaces {
+        if !public_namespace.is_empty() && name == public_namespace {
+            out.push(ok(
+                "shareable",
+                format!(
+                    "namespace {name} is pullgate's public namespace ([daemon] public_namespace): it holds only blobs that pullgate established as public \
+                     (their origin served them without credentials), so that under an isolated content store every namespace takes them without a copy; \
+                     pullgate pulls nothing else into it and refuses pulls and verifies there"
+                ),
+            ));
+            continue;
+        }
         if labels.get(SHAREABLE_LABEL).map(String::as_str) == Some("true") {
             let effect = if d.honours_shareable() {
                 "every namespace can read its blobs by digest, even under the isolated policy"
@@ -812,7 +823,7 @@ pub async fn run(opts: &Options) -> Vec<Check> {
     }
     if let Some(d) = &daemon {
         let cri_is_pullgate = cfg.as_ref().and_then(|c| c.cri_snapshotter.as_deref()) == Some(SNAPSHOTTER_NAME);
-        out.extend(check_namespaces(d, cri_is_pullgate));
+        out.extend(check_namespaces(d, cri_is_pullgate, &pg.daemon.public_namespace));
     }
     out.push(match ask_snapshotter(socket).await {
         Ok(()) => ok("serving", format!("pullgate answers on {} from its metadata", socket.display())),
@@ -1030,18 +1041,23 @@ mod tests {
     fn namespaces_and_shareable() {
         let labels = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let mut d = daemon(vec![]);
-        assert_eq!(statuses(&check_namespaces(&d, false)), vec![Status::Ok]);
+        assert_eq!(statuses(&check_namespaces(&d, false, "pullgate-public")), vec![Status::Ok]);
         d.namespaces = vec![
             ("a".into(), labels(&[(DEFAULT_SNAPSHOTTER_LABEL, "pullgate")])),
             ("b".into(), labels(&[])),
             ("k8s.io".into(), labels(&[])),
             ("s".into(), labels(&[(DEFAULT_SNAPSHOTTER_LABEL, "pullgate"), (SHAREABLE_LABEL, "true")])),
+            ("pullgate-public".into(), labels(&[(SHAREABLE_LABEL, "true")])),
         ];
-        let c = check_namespaces(&d, true);
-        assert_eq!(statuses(&c), vec![Status::Ok, Status::Warning, Status::Warning]);
+        let c = check_namespaces(&d, true, "pullgate-public");
+        assert_eq!(statuses(&c), vec![Status::Ok, Status::Warning, Status::Warning, Status::Ok]);
         assert!(c[0].message.ends_with("a, s"));
-        assert!(c[1].message.contains(": b (") && !c[1].message.contains("k8s.io"));
+        assert!(c[1].message.contains(": b (") && !c[1].message.contains("k8s.io") && !c[1].message.contains("pullgate-public"));
         assert!(c[2].name == "shareable" && c[2].message.contains("namespace s"));
+        assert!(c[3].name == "shareable" && c[3].message.contains("pullgate's public namespace"));
+        // Without a public namespace configured, the same namespace is any shareable one.
+        let c = check_namespaces(&d, true, "");
+        assert_eq!(statuses(&c).last(), Some(&Status::Warning));
     }
 
     #[test]

@@ -24,7 +24,13 @@
 #      restarted in its own mount namespace with that directory hidden still copies (no blob
 #      GET) and G runs the image;
 #   8. a config on the node that cannot be read there (its file gone from containerd's store)
-#      is fetched from the origin instead: a pull of a manifest pullgate never saw still works.
+#      is fetched from the origin instead: a pull of a manifest pullgate never saw still works;
+#   9. blobs pullgate established as public (fetched without credentials at public/base) are
+#      held once in pullgate's public namespace on containerd 1.7+: the first namespace that
+#      needs them on the node copies them there, the next adopts them with no copy and copies
+#      only the application's private blobs; no private blob ever enters it, a namespace that
+#      proved nothing still reads none of them, pullgate refuses to pull into it. On 1.6 (which
+#      ignores the shareable label) everything is copied as before.
 # Usage: tests/e2e_isolated.sh VERSION
 source "$(dirname "$0")/lib.sh"
 V=${1:?usage: e2e_isolated.sh 1.6|1.7|2.1|2.4}
@@ -40,7 +46,7 @@ log "containerd $V (isolated content store): setup"
 python3 "$REPO/tests/mkimage.py" "$WORK/priv" --tag v1 --message "$PRIVMSG" --extra-layers 2 --layer-mb 0.3 --seed 31 >/dev/null
 cat > "$WORK/acl.json" <<JSON
 {"users": {"alice": "$PW_ALICE", "bob": "$PW_BOB", "carol": "$PW_CAROL"},
- "access": {"alice": ["private/*"], "bob": ["private/*"], "carol": ["private/*"]}, "push": ["alice"]}
+ "access": {"alice": ["private/*"], "bob": ["private/*"], "carol": ["private/*"]}, "anonymous": ["public/*"], "push": ["alice"]}
 JSON
 start_token_registry t "$WORK/acl.json" || exit 1
 IMG=$REG_t/private/app:v1
@@ -272,6 +278,60 @@ cfg_gets=$(tail -n +"$((m + 1))" "$WORK/registry-t/log" | grep -c "\"GET /v2/pri
 check "the registry served one blob ($(blob_gets "$m")), the config ($cfg_gets)" test "$(blob_gets "$m")" = 1 -a "$cfg_gets" = 1
 check "pullgate said why" grep -q "cannot read the config in another namespace; fetching it from the origin" "$PG/log"
 check_out "J runs it" "$PRIVMSG" run_img J j1 "$REG_t/private/app3:v1"
+log "9. public blobs: held once in pullgate's public namespace (containerd 1.7+), never a private one"
+# A distribution-like base at public/base (the token server lets anyone pull public/*) and a
+# private application built on it: the base's layers are public at their origin once pullgate
+# has fetched them there without credentials; the application's own layers and config are not.
+python3 "$REPO/tests/mkimage.py" "$WORK/pubbase" --tag v1 --message "public base" --extra-layers 2 --layer-mb 0.3 --seed 77 --base-note "public distribution" >/dev/null
+python3 "$REPO/tests/mkimage.py" "$WORK/onbase" --tag v1 --message "private app on a public base" --extra-layers 3 --layer-mb 0.3 --seed 77 --base-note "public distribution" >/dev/null
+push_image "$WORK/pubbase" v1 "$REG_t/public/base:v1" "alice:$PW_ALICE" || fail "push the public base"
+push_image "$WORK/onbase" v1 "$REG_t/private/onbase:v1" "alice:$PW_ALICE" || fail "push the application on it"
+layout_blobs() { python3 -c 'import json,sys; d=sys.argv[1]; i=json.load(open(d+"/index.json"))["manifests"][0]["digest"]; m=json.load(open(d+"/blobs/sha256/"+i.split(":")[1])); print(" ".join([m["config"]["digest"]]+[l["digest"] for l in m["layers"]]))' "$1"; }
+BASE_BLOBS=$(layout_blobs "$WORK/pubbase"); APP_BLOBS=$(layout_blobs "$WORK/onbase")
+PUBLIC=$(comm -12 <(tr ' ' '\n' <<<"$BASE_BLOBS" | sort) <(tr ' ' '\n' <<<"$APP_BLOBS" | sort) | paste -sd' ')
+PRIVATE=$(comm -13 <(tr ' ' '\n' <<<"$BASE_BLOBS" | sort) <(tr ' ' '\n' <<<"$APP_BLOBS" | sort) | paste -sd' ')
+NPUB=$(wc -w <<<"$PUBLIC"); NPRIV=$(wc -w <<<"$PRIVATE")
+check "the application shares $NPUB blobs with the base and has $NPRIV of its own" test "$NPUB" = 5 -a "$NPRIV" = 3
+PUBNS=pullgate-public
+in_pubns() { ctr_ -n "$PUBNS" content ls -q 2>/dev/null | sort | paste -sd' '; }
+check_out "K pulls the public base without credentials" "sha256:" pg pull -n K --plain-http "$REG_t/public/base:v1"
+check_out "K pulls the application with alice's credential" "sha256:" pg pull -n K --plain-http --user "alice:$PW_ALICE" "$REG_t/private/onbase:v1"
+m=$(mark)
+out=$(pg pull -n L --plain-http --user "bob:$PW_BOB" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+check "L's pullgate pull of the application succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
+if [ "$V" = 1.6 ]; then
+  # containerd 1.6 ignores the shareable label: public blobs are copied like private ones and
+  # pullgate makes no public namespace.
+  check "L copied all $((NPUB + NPRIV)) blobs" grep -qF "0 blob(s) downloaded, $((NPUB + NPRIV)) copied from the node, 0 layer(s)" <<<"$out"
+  check "containerd 1.6: no public namespace made" not bash -c "$(printf '%q ' "${CTR[@]}") namespaces ls -q | grep -qx $PUBNS"
+else
+  check "L (the first namespace to need them on the node) copied all $((NPUB + NPRIV)) blobs, the public ones by way of pullgate's public namespace" \
+    grep -qF "0 blob(s) downloaded, $((NPUB + NPRIV)) copied from the node, 0 layer(s)" <<<"$out"
+  pub_now=$(in_pubns)
+  check "pullgate's public namespace holds exactly the $NPUB public blobs ($(wc -w <<<"$pub_now") blob(s))" test "$pub_now" = "$(tr ' ' '\n' <<<"$PUBLIC" | sort | paste -sd' ')"
+  check "it is labelled shareable" bash -c "$(printf '%q ' "${CTR[@]}") namespaces ls | grep -E '^$PUBNS ' | grep -q 'containerd.io/namespace.shareable=true'"
+  out=$(pg pull -n M --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+  check "M's pullgate pull succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
+  check "M copied only the $NPRIV private blobs and took the $NPUB public ones from the public namespace" \
+    grep -qF "0 blob(s) downloaded, $NPRIV copied from the node, $NPUB taken from pullgate's public namespace" <<<"$out"
+  out=$(pg verify -n P --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+  check "a verify in P places the same way (rc=$rc: $(tail -n 1 <<<"$out"))" grep -qF "0 blob(s) downloaded, $NPRIV copied from the node, $NPUB taken from pullgate's public namespace" <<<"$out"
+  check_out "M runs the application" "private app on a public base" run_img M m1 "$REG_t/private/onbase:v1"
+fi
+check "no blob GET at the registry for L, M and P ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
+leaked=""
+for d in $PRIVATE; do ctr_ -n "$PUBNS" content info "$d" >/dev/null 2>&1 && leaked+="$d "; done
+check "no private blob of the application is in the public namespace (${leaked:-none})" test -z "$leaked"
+top=$(awk '{print $NF}' <<<"$APP_BLOBS")
+ctr_ -n Q content get "$top" >"$WORK/q-top" 2>/dev/null; rc=$?
+check "Q, which proved nothing, is refused the application's own top layer (rc=$rc) and got none of its bytes ($(wc -c <"$WORK/q-top"))" test $rc -ne 0 -a ! -s "$WORK/q-top"
+before=$(in_pubns)
+out=$(pg pull -n "$PUBNS" --plain-http --user "alice:$PW_ALICE" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+check "a pull into pullgate's public namespace is refused (rc=$rc)" test $rc -ne 0
+check "and says why" grep -q "is pullgate's public namespace" <<<"$out"
+check "the public namespace is unchanged" test "$(in_pubns)" = "$before"
+out=$(pg verify -n "$PUBNS" --plain-http --user "alice:$PW_ALICE" "$IMG" 2>&1); rc=$?
+check "so is a verify there (rc=$rc)" test $rc -ne 0 -a "$(in_pubns)" = "$before"
 check "no password in pullgate's log" not grep -qE "$PW_ALICE|$PW_BOB|$PW_CAROL" "$PG/log"
 
 summary "e2e isolated (containerd $V)"

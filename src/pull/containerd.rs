@@ -32,8 +32,30 @@ pub const HOLD_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
 /// namespace, even under `content_sharing_policy = "isolated"`.
 pub const SHAREABLE_LABEL: &str = "containerd.io/namespace.shareable";
 const LEASE_HEADER: &str = "containerd-lease";
+/// Label on a lease in pullgate's public namespace: it holds the public blobs put there
+/// (value "1") until it expires.
+pub const PUBLIC_LEASE_LABEL: &str = "pullgate.io/public";
+/// How long a public blob stays in pullgate's public namespace after it was put there: then
+/// containerd's GC takes the namespace's record (each namespace that adopted it keeps its own),
+/// and the next namespace that needs the blob puts it there again.
+pub const PUBLIC_HOLD_FOR: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 /// The type of containerd's content plugins (its local store is the one with id `content`).
 const CONTENT_PLUGIN_TYPE: &str = "io.containerd.content.v1";
+/// The type of containerd's metadata plugin (id `bolt`), which exports the content sharing policy.
+const METADATA_PLUGIN_TYPE: &str = "io.containerd.metadata.v1";
+
+/// What pullgate asks containerd once about its node: where its local content store keeps
+/// blobs, its content sharing policy and whether it honours shareable namespaces.
+#[derive(Debug, Clone, Default)]
+pub struct NodeFacts {
+    /// containerd's local content store's `blobs` directory (`exports.root` of the content plugin).
+    pub blobs: Option<Arc<PathBuf>>,
+    /// `content_sharing_policy` as the metadata plugin exports it: Some(true) "shared",
+    /// Some(false) "isolated", None when containerd does not say.
+    pub shared: Option<bool>,
+    /// containerd 1.7 or later (reads `containerd.io/namespace.shareable`).
+    pub honours_shareable: bool,
+}
 /// Bytes per read of a blob's file: the size of containerd's own Read messages.
 const READ_CHUNK: usize = 1 << 20;
 /// Chunks of copies read from the node at once, across all pulls and verifies (each one
@@ -87,6 +109,16 @@ fn shareable(labels: &HashMap<String, String>) -> bool {
     labels.get(SHAREABLE_LABEL).is_some_and(|v| v == "true")
 }
 
+/// Whether a containerd of this version (as its Version call or `--version` prints it: "1.6.20",
+/// "v2.1.4", "1.7.24~ds1") reads `SHAREABLE_LABEL`: 1.7 and later.
+pub fn honours_shareable(version: &str) -> bool {
+    let mut parts = version.trim().trim_start_matches('v').split(|c: char| !c.is_ascii_digit());
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor) >= (1, 7)
+}
+
+#[derive(Clone)]
 pub struct Containerd {
     channel: Channel,
     namespace: String,
@@ -117,22 +149,55 @@ impl Containerd {
         self
     }
 
-    /// The `blobs` directory of containerd's local content store, from the root its content
-    /// plugin exports in Introspection (`ctr plugins ls -d`); None when containerd names none.
-    pub async fn content_blobs(&self) -> Result<Option<PathBuf>> {
-        let filters = vec![format!("type=={CONTENT_PLUGIN_TYPE}"), "id==content".to_string()];
+    /// The node's facts (`NodeFacts`): the `blobs` directory of containerd's local content
+    /// store, from the root its content plugin exports in Introspection (`ctr plugins ls -d`),
+    /// the sharing policy its metadata plugin exports, and its version.
+    pub async fn node_facts(&self) -> Result<NodeFacts> {
+        let filters = vec![format!("type=={CONTENT_PLUGIN_TYPE},id==content"), format!("type=={METADATA_PLUGIN_TYPE},id==bolt")];
         let plugins = IntrospectionClient::new(self.channel.clone())
             .plugins(PluginsRequest { filters })
             .await
-            .map_err(err("list containerd's content plugin"))?
+            .map_err(err("list containerd's content and metadata plugins"))?
             .into_inner()
             .plugins;
-        Ok(plugins
-            .iter()
-            .find(|p| p.r#type == CONTENT_PLUGIN_TYPE && p.id == "content" && p.init_err.is_none())
-            .and_then(|p| p.exports.get("root"))
-            .filter(|r| Path::new(r).is_absolute())
-            .map(|r| Path::new(r).join("blobs")))
+        let export = |ty: &str, id: &str, key: &str| plugins.iter().find(|p| p.r#type == ty && p.id == id && p.init_err.is_none()).and_then(|p| p.exports.get(key).cloned());
+        let blobs = export(CONTENT_PLUGIN_TYPE, "content", "root").filter(|r| Path::new(r).is_absolute()).map(|r| Arc::new(Path::new(&r).join("blobs")));
+        let shared = match export(METADATA_PLUGIN_TYPE, "bolt", "policy").as_deref() {
+            Some("shared") => Some(true),
+            Some("isolated") => Some(false),
+            _ => None,
+        };
+        let version = containerd_client::services::v1::version_client::VersionClient::new(self.channel.clone())
+            .version(())
+            .await
+            .map_err(err("containerd version"))?
+            .into_inner()
+            .version;
+        Ok(NodeFacts { blobs, shared, honours_shareable: honours_shareable(&version) })
+    }
+
+    /// Makes this namespace one whose blobs containerd 1.7+ lets every namespace read
+    /// (`SHAREABLE_LABEL`), creating it if it does not exist.
+    pub async fn make_shareable(&self) -> Result<()> {
+        use containerd_client::services::v1::{namespaces_client::NamespacesClient, CreateNamespaceRequest, GetNamespaceRequest, Namespace, UpdateNamespaceRequest};
+        let mut client = NamespacesClient::new(self.channel.clone());
+        let labels = HashMap::from([(SHAREABLE_LABEL.to_string(), "true".to_string())]);
+        let ns = Namespace { name: self.namespace.clone(), labels };
+        let context = || format!("make namespace {} shareable", self.namespace);
+        match client.get(GetNamespaceRequest { name: self.namespace.clone() }).await {
+            Ok(r) if r.get_ref().namespace.as_ref().is_some_and(|n| shareable(&n.labels)) => Ok(()),
+            Ok(_) => {
+                let mask = prost_types::FieldMask { paths: vec![format!("labels.{SHAREABLE_LABEL}")] };
+                client.update(UpdateNamespaceRequest { namespace: Some(ns), update_mask: Some(mask) }).await.map_err(err(context()))?;
+                Ok(())
+            }
+            Err(s) if s.code() == Code::NotFound => match client.create(CreateNamespaceRequest { namespace: Some(ns) }).await {
+                Ok(_) => Ok(()),
+                Err(s) if s.code() == Code::AlreadyExists => Box::pin(self.make_shareable()).await,
+                Err(s) => Err(err(context())(s)),
+            },
+            Err(s) => Err(err(context())(s)),
+        }
     }
 
     fn req<T>(&self, msg: T) -> Request<T> {
@@ -151,12 +216,22 @@ impl Containerd {
     /// an hour). With `hold` (a verify's manifest), the lease is one `keep_lease` may leave
     /// behind: a later pullgate process does not delete it as stale.
     pub async fn begin_lease(&mut self, hold: Option<&str>) -> Result<()> {
-        let id = format!("pullgate-{}", uuid::Uuid::new_v4());
-        let expire = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + HOLD_FOR).to_string();
         let kind = match hold {
             Some(manifest) => (HOLD_LABEL.to_string(), manifest.to_string()),
             None => (LEASE_LABEL.to_string(), "1".to_string()),
         };
+        self.begin_lease_for(kind, HOLD_FOR).await
+    }
+
+    /// Begins a lease in pullgate's public namespace that holds what is put under it for
+    /// `PUBLIC_HOLD_FOR` (not a working lease: a restarted pullgate leaves it).
+    pub async fn begin_public_lease(&mut self) -> Result<()> {
+        self.begin_lease_for((PUBLIC_LEASE_LABEL.to_string(), "1".to_string()), PUBLIC_HOLD_FOR).await
+    }
+
+    async fn begin_lease_for(&mut self, kind: (String, String), hold_for: std::time::Duration) -> Result<()> {
+        let id = format!("pullgate-{}", uuid::Uuid::new_v4());
+        let expire = humantime::format_rfc3339_seconds(std::time::SystemTime::now() + hold_for).to_string();
         let labels = HashMap::from([("containerd.io/gc.expire".to_string(), expire), kind]);
         LeasesClient::new(self.channel.clone())
             .create(self.req(CreateRequest { id: id.clone(), labels }))
@@ -284,9 +359,19 @@ impl Containerd {
     }
 
     /// For each of `digests` this namespace lacks, another namespace whose content store holds
-    /// it (one List per namespace).
-    pub async fn holders_elsewhere(&self, digests: &[&str]) -> Result<HashMap<String, String>> {
+    /// it: the namespaces in `hints` (digest -> namespace) are asked first, and only when they
+    /// do not hold every blob, every namespace (one List per namespace).
+    pub async fn holders_elsewhere(&self, digests: &[&str], hints: &HashMap<String, String>) -> Result<HashMap<String, String>> {
         let mut out = HashMap::new();
+        let hinted: std::collections::BTreeSet<&String> = hints.values().filter(|ns| **ns != self.namespace).collect();
+        for ns in hinted {
+            for d in self.elsewhere(ns).present(digests).await? {
+                out.entry(d).or_insert_with(|| ns.clone());
+            }
+        }
+        if digests.iter().all(|d| out.contains_key(*d)) {
+            return Ok(out);
+        }
         for (ns, _) in self.namespaces().await? {
             if ns == self.namespace || digests.iter().all(|d| out.contains_key(*d)) {
                 continue;
@@ -296,6 +381,10 @@ impl Containerd {
             }
         }
         Ok(out)
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// The same connection, reading namespace `namespace` (no lease).
@@ -732,6 +821,13 @@ impl Drop for ContentWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shareable_namespaces_from_1_7() {
+        for (v, yes) in [("1.6.20~ds1", false), ("v1.6.38", false), ("1.7.24~ds1", true), ("v2.1.4", true), ("2.4.2", true), ("", false), ("garbage", false)] {
+            assert_eq!(honours_shareable(v), yes, "{v}");
+        }
+    }
 
     #[test]
     fn a_blob_file_is_opened_only_for_a_sha256_digest_of_its_size() {

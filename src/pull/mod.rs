@@ -43,6 +43,8 @@ pub enum PullError {
     ForgedLayer { image: String, blob: String, claimed: String, actual: String },
     #[error("image {image}: {reason}")]
     BadImage { image: String, reason: String },
+    #[error("namespace {0} is pullgate's public namespace, which every namespace can read: pullgate puts there only blobs their origin serves without credentials, and pulls nothing into it")]
+    PublicNamespace(String),
 }
 
 type Result<T> = std::result::Result<T, PullError>;
@@ -52,7 +54,7 @@ impl PullError {
     pub fn outcome(&self) -> &'static str {
         match self {
             PullError::Registry(r) => r.outcome(),
-            PullError::Rule(_) | PullError::ForgedLayer { .. } => "denied",
+            PullError::Rule(_) | PullError::ForgedLayer { .. } | PullError::PublicNamespace(_) => "denied",
             _ => "error",
         }
     }
@@ -100,6 +102,8 @@ pub struct Outcome {
     pub downloaded: Vec<String>,
     /// Blobs copied into the namespace from another namespace's content on the node.
     pub copied: Vec<String>,
+    /// Public blobs taken (adopted, not copied) from pullgate's public namespace.
+    pub public: Vec<String>,
     /// A verify's hold on the blobs it placed in the namespace ends then (RFC 3339).
     pub held_until: Option<String>,
     /// What the operator should know (a shareable namespace).
@@ -124,9 +128,24 @@ pub struct Puller {
     pub timeout: Option<std::time::Duration>,
     /// Set once the leases of a previous (killed) pullgate process have been deleted.
     pub stale_leases_gone: tokio::sync::OnceCell<()>,
-    /// containerd's content store's blob directory, asked once (`Containerd::content_blobs`).
-    pub content_blobs: tokio::sync::OnceCell<Option<Arc<PathBuf>>>,
+    /// One connection to containerd for every pull and verify (reconnecting when containerd
+    /// restarts).
+    pub channel: tonic::transport::Channel,
+    /// What containerd says of its node, asked once (`Containerd::node_facts`).
+    pub node: tokio::sync::OnceCell<containerd::NodeFacts>,
+    /// pullgate's public namespace (`[daemon] public_namespace`): under an isolated content store
+    /// on containerd 1.7+, the blobs pullgate established as public at their origin are held
+    /// there once, labelled shareable, and every namespace adopts them instead of a copy.
+    pub public_namespace: Option<String>,
+    /// Set once the public namespace exists and is labelled shareable.
+    pub public_ready: tokio::sync::OnceCell<()>,
+    /// Blob digest -> a namespace that held it when pullgate last placed it there
+    /// (`holder_hints`), so that finding a blob on the node does not ask every namespace.
+    pub holders: std::sync::Mutex<HashMap<String, String>>,
 }
+
+/// Holder hints kept at most (then forgotten at once and learnt again).
+const MAX_HOLDER_HINTS: usize = 200_000;
 
 /// Blobs downloaded at once.
 const FETCH_CONCURRENCY: usize = 4;
@@ -168,16 +187,19 @@ impl Puller {
                 Ok::<(), PullError>(())
             })
             .await?;
+        if self.public_namespace.as_deref() == Some(req.namespace.as_str()) {
+            return Err(PullError::PublicNamespace(req.namespace.clone()));
+        }
         let opts = Options { plain_http: req.plain_http, hosts_dir: self.hosts_dir.as_deref(), server: req.server.as_deref(), timeout: self.timeout };
         let mut stages = Stages::new();
         let mut sess = Session::new(&req.reference, req.cred.clone(), &opts)?;
         sess.report_to(req.progress.clone());
         let resolved = sess.resolve(&req.reference, &req.platform).await?;
-        let cd = Containerd::connect(&self.containerd, &req.namespace).await?;
-        let blobs = self.content_blobs(&cd).await;
-        let mut cd = cd.with_blobs(blobs);
+        let cd = Containerd::on(self.channel.clone(), &req.namespace);
+        let node = self.node_facts(&cd).await;
+        let mut cd = cd.with_blobs(node.blobs.clone());
         stages.done("resolve");
-        let out = self.run_with(req, full, &mut sess, &resolved, &mut cd, &mut stages).await;
+        let out = self.run_with(req, full, &mut sess, &resolved, &mut cd, &node, &mut stages).await;
         cd.end_lease().await;
         stages.done("end-lease");
         let mut out = out?;
@@ -187,21 +209,44 @@ impl Puller {
         Ok(out)
     }
 
-    /// containerd's content store's blob directory, asked once (and again after a failed ask).
-    async fn content_blobs(&self, cd: &Containerd) -> Option<Arc<PathBuf>> {
-        self.content_blobs
+    /// What containerd says of its node, asked once (and again after a failed ask, which
+    /// leaves every fact unknown for this pull: blobs read through containerd, the sharing
+    /// policy found by trying).
+    async fn node_facts(&self, cd: &Containerd) -> containerd::NodeFacts {
+        self.node
             .get_or_try_init(|| async {
-                let blobs = cd.content_blobs().await?;
-                match &blobs {
+                let facts = cd.node_facts().await?;
+                match &facts.blobs {
                     Some(b) => tracing::info!(path = %b.display(), "copies and hashes read blobs from their files in containerd's content store (through containerd when a file cannot be opened)"),
                     None => tracing::info!("containerd names no local content store: copies and hashes read blobs through containerd"),
                 }
-                Ok::<_, ContainerdError>(blobs.map(Arc::new))
+                tracing::info!(shared = ?facts.shared, honours_shareable = facts.honours_shareable, "containerd's content sharing policy");
+                Ok::<_, ContainerdError>(facts)
             })
             .await
-            .ok()
             .cloned()
-            .flatten()
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "cannot ask containerd about its content store");
+                Default::default()
+            })
+    }
+
+    /// pullgate's public namespace, when this node uses one: an isolated content store
+    /// (content is not shared anyway otherwise) on containerd 1.7+ (1.6 ignores the shareable
+    /// label). Made shareable once; None (and a warning) if that fails.
+    async fn public_namespace(&self, cd: &Containerd, node: &containerd::NodeFacts) -> Option<&str> {
+        let ns = self.public_namespace.as_deref()?;
+        if node.shared != Some(false) || !node.honours_shareable {
+            return None;
+        }
+        let ready = self.public_ready.get_or_try_init(|| async { cd.elsewhere(ns).make_shareable().await }).await;
+        match ready {
+            Ok(()) => Some(ns),
+            Err(e) => {
+                tracing::warn!(namespace = ns, error = %e, "cannot make pullgate's public namespace shareable: public blobs are copied like the others");
+                None
+            }
+        }
     }
 
     /// A warning when the namespace is labelled shareable: containerd 1.7+ then lets every
@@ -222,6 +267,7 @@ impl Puller {
 
     /// The stages of one pull or verify, in order. Nothing is written before every fact the
     /// grant rests on was established by pullgate itself.
+    #[allow(clippy::too_many_arguments)]
     async fn run_with(
         &self,
         req: &Request,
@@ -229,6 +275,7 @@ impl Puller {
         sess: &mut Session,
         resolved: &registry::Resolved,
         cd: &mut Containerd,
+        node: &containerd::NodeFacts,
         stages: &mut Stages,
     ) -> Result<Outcome> {
         let image = Image::of(req, resolved, sess)?;
@@ -245,7 +292,15 @@ impl Puller {
         // Where the blobs came from, and for whom: set on each blob with the commit that puts it
         // in the namespace (download, copy, adoption), else by `label` once the grant stands.
         let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
-        let mut got = self.gather(&image, &facts, full, sess, resolved, cd, &who).await?;
+        // (The public namespace is made, once, when a first image has a public blob.)
+        let public_here = self.public_namespace.is_some() && node.shared == Some(false) && node.honours_shareable;
+        let public_blobs = if public_here { self.public_blobs(&image)? } else { Default::default() };
+        let public = match public_blobs.is_empty() {
+            true => None,
+            false => self.public_namespace(cd, node).await.map(|ns| (ns, public_blobs)),
+        };
+        let placing = Placing { who: &who, shared: node.shared, public };
+        let mut got = self.gather(&image, &facts, full, sess, resolved, cd, &placing).await?;
         stages.done("gather");
         out.downloaded = std::mem::take(&mut got.downloaded);
         crate::crashpoint::hit("pull.fetched");
@@ -254,10 +309,12 @@ impl Puller {
         stages.done("check");
         self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity)?;
         stages.done("record");
-        self.place(&mut got, sess, cd, &who, (!full).then_some(out.manifest.as_str()), req.progress.as_deref()).await?;
+        self.place(&mut got, sess, cd, &placing, (!full).then_some(out.manifest.as_str()), req.progress.as_deref()).await?;
+        self.remember_holder(&req.namespace, &got.present);
         stages.done("place");
         out.downloaded.append(&mut got.downloaded);
         out.copied = got.copied.clone();
+        out.public = got.from_public.clone();
         tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %image.origin, manifest = %out.manifest,
             identity = %short(&identity), downloaded = out.downloaded.len(), "grant recorded");
         self.label(&image, &got, &who, cd).await?;
@@ -306,8 +363,9 @@ impl Puller {
         sess: &mut Session,
         resolved: &registry::Resolved,
         cd: &mut Containerd,
-        who: &HashMap<String, String>,
+        placing: &Placing<'_>,
     ) -> Result<Gathered> {
+        let who = placing.who;
         let mut got = Gathered::default();
         let needs_hash = |i: usize| i > 0 && facts.paired[i - 1].is_none();
         let digests = image.digests();
@@ -344,7 +402,34 @@ impl Puller {
         // as the first attempt showed: under an isolated store the others are copied without
         // trying; under a shared one a verify leaves the rest to containerd, which lets the
         // namespace take them by digest on its own.
-        let mut shared: Option<bool> = None;
+        let mut shared: Option<bool> = placing.shared;
+        // Public blobs the namespace lacks that pullgate's public namespace holds: adopted
+        // from there (containerd lets every namespace read a shareable namespace's blobs).
+        let in_public = match &placing.public {
+            Some((ns, public)) => {
+                let wanted: Vec<&str> = digests.iter().copied().filter(|d| public.contains(*d) && !got.present.contains(*d)).collect();
+                cd.elsewhere(ns).present(&wanted).await?
+            }
+            None => Default::default(),
+        };
+        // Under a shared store (containerd says so), a pull adopts the blobs this origin served
+        // together rather than one after another: each is a metadata transaction of
+        // containerd's, and their round-trips overlap. A blob containerd no longer has is left
+        // to the loop below (fetched).
+        if got.needs_content && shared == Some(true) {
+            let wanted: Vec<&Blob> = image.all().zip(&facts.served).filter(|(b, served)| **served && !got.present.contains(&b.digest)).map(|(b, _)| b).collect();
+            let mut adoptions = Vec::new();
+            for b in &wanted {
+                adoptions.push(cd.adopt_content(&b.digest, b.size, who));
+            }
+            let adopted = futures_util::future::join_all(adoptions).await;
+            for (b, ok) in wanted.iter().zip(adopted) {
+                if ok? {
+                    got.present.insert(b.digest.clone());
+                    got.labelled.insert(b.digest.clone());
+                }
+            }
+        }
         for (i, (b, served_here)) in image.all().zip(facts.served.iter().copied()).enumerate() {
             let in_ns = got.present.contains(&b.digest);
             let need_content = full || (i == 0 && facts.known.is_none());
@@ -355,13 +440,19 @@ impl Puller {
             if vouched {
                 // The namespace is entitled to these bytes: the origin accepted its credential
                 // for a manifest naming them, and served them.
-                let tried = !in_ns && shared != Some(false) && (got.needs_content || shared.is_none());
+                let from_public = !in_ns && in_public.contains(&b.digest) && cd.adopt_content(&b.digest, b.size, who).await?;
+                let tried = !in_ns && !from_public && shared != Some(false) && (got.needs_content || shared.is_none());
                 let adopted = tried && cd.adopt_content(&b.digest, b.size, who).await?;
                 if adopted {
                     shared = Some(true);
+                }
+                if adopted || from_public {
                     got.labelled.insert(b.digest.clone());
                 }
-                if in_ns || adopted {
+                if from_public {
+                    got.from_public.push(b.digest.clone());
+                }
+                if in_ns || adopted || from_public {
                     got.present.insert(b.digest.clone());
                     if hash {
                         from_store.push((b.clone(), None));
@@ -370,7 +461,7 @@ impl Puller {
                     // A verify under a shared store: nothing to place.
                 } else {
                     if elsewhere.is_none() {
-                        elsewhere = Some(cd.holders_elsewhere(&digests).await?);
+                        elsewhere = Some(cd.holders_elsewhere(&digests, &self.holder_hints(&digests)).await?);
                     }
                     match elsewhere.as_ref().and_then(|h| h.get(&b.digest)) {
                         Some(from) => {
@@ -445,7 +536,7 @@ impl Puller {
         got: &mut Gathered,
         sess: &Session,
         cd: &mut Containerd,
-        who: &HashMap<String, String>,
+        placing: &Placing<'_>,
         hold: Option<&str>,
         progress: Option<&crate::progress::Progress>,
     ) -> Result<()> {
@@ -455,9 +546,24 @@ impl Puller {
         if !cd.has_lease() {
             cd.begin_lease(hold).await?;
         }
+        // Public blobs are copied once, into pullgate's public namespace (under a lease of
+        // its own there), and adopted from there: the next namespace adopts them without a copy.
+        let mut public_cd = None;
+        if let Some((ns, public)) = &placing.public {
+            if got.to_copy.iter().any(|(b, _, _)| public.contains(&b.digest)) {
+                let mut p = cd.elsewhere(ns);
+                match p.begin_public_lease().await {
+                    Ok(()) => public_cd = Some((p, public)),
+                    Err(e) => tracing::warn!(namespace = %ns, error = %e, "cannot hold blobs in pullgate's public namespace: copying them into the namespace instead"),
+                }
+            }
+        }
         let cd = &*cd;
-        let jobs = std::mem::take(&mut got.to_copy).into_iter().map(|(blob, from, keep)| Job::Copy { blob, from, keep });
-        let done = Job::run_all(jobs, sess, cd, who, COPY_CONCURRENCY).await;
+        let jobs = std::mem::take(&mut got.to_copy).into_iter().map(|(blob, from, keep)| {
+            let publish = public_cd.as_ref().filter(|(_, public)| public.contains(&blob.digest)).map(|(p, _)| p.clone());
+            Job::Copy { blob, from, keep, publish }
+        });
+        let done = Job::run_all(jobs, sess, cd, placing.who, COPY_CONCURRENCY).await;
         for d in done {
             let d = d?;
             if let (Done::Copied(digest), Some(p)) = (&d, progress) {
@@ -675,6 +781,44 @@ impl Puller {
         Ok(())
     }
 
+    /// The image's blobs pullgate established as public: served by an origin without
+    /// credentials (downloaded anonymously, or found readable by an anonymous probe), or blobs
+    /// of a layer so established. A registry's or image's word plays no part.
+    fn public_blobs(&self, image: &Image) -> Result<std::collections::HashSet<String>> {
+        Ok(self.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
+            let mut out = std::collections::HashSet::new();
+            for b in image.all() {
+                let anonymous = ledger::blob_origins(tx, &b.digest)?.iter().any(|(_, o)| o.identities.contains(ANONYMOUS));
+                let public_layer = match ledger::pairing(tx, &b.digest)? {
+                    Some(d) => ledger::layer(tx, &d)?.is_some_and(|l| l.public),
+                    None => false,
+                };
+                if anonymous || public_layer {
+                    out.insert(b.digest.clone());
+                }
+            }
+            Ok(out)
+        })?)
+    }
+
+    /// For blobs the namespace lacks: the namespace where pullgate last saw each, looked at
+    /// first (a hint: containerd is asked, and every namespace only if it does not hold them).
+    fn holder_hints(&self, digests: &[&str]) -> HashMap<String, String> {
+        let holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+        digests.iter().filter_map(|d| holders.get(*d).map(|ns| (d.to_string(), ns.clone()))).collect()
+    }
+
+    /// Remembers that `namespace` holds these blobs (for `holder_hints`); bounded.
+    fn remember_holder(&self, namespace: &str, digests: &std::collections::HashSet<String>) {
+        let mut holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+        if holders.len() + digests.len() > MAX_HOLDER_HINTS {
+            holders.clear();
+        }
+        for d in digests {
+            holders.insert(d.clone(), namespace.to_string());
+        }
+    }
+
     /// Whether another repository at this endpoint served the blob's bytes.
     fn same_endpoint_served(&self, digest: &str, endpoint: &str) -> Result<bool> {
         let origins = self.snap.store().read(|tx| ledger::blob_origins(tx, digest))?;
@@ -846,6 +990,8 @@ struct Gathered {
     /// Blobs this pull put in the namespace with its origin labels (downloaded, copied,
     /// adopted): `label` leaves them alone.
     labelled: std::collections::HashSet<String>,
+    /// Public blobs adopted from pullgate's public namespace.
+    from_public: Vec<String>,
     /// Blobs to copy from another namespace once the grant stands: (blob, that namespace,
     /// whether the pull needs them if the copy fails).
     to_copy: Vec<(Blob, String, bool)>,
@@ -856,10 +1002,22 @@ struct Gathered {
     config: Option<Vec<u8>>,
 }
 
+/// Where a pull puts blobs, and what they carry there.
+struct Placing<'a> {
+    /// Origin labels set on every blob put in the namespace.
+    who: &'a HashMap<String, String>,
+    /// containerd's content sharing policy (Some(true): shared), when it says.
+    shared: Option<bool>,
+    /// pullgate's public namespace, when this node uses one, and the image's blobs pullgate
+    /// established as public at their origin.
+    public: Option<(&'a str, std::collections::HashSet<String>)>,
+}
+
 /// Getting one blob's bytes for a pull or verify.
 enum Job {
-    /// From another namespace's content on the node; if that fails and `keep`, from the origin.
-    Copy { blob: Blob, from: String, keep: bool },
+    /// From another namespace's content on the node (a public blob by way of pullgate's public
+    /// namespace, `publish`, then adopted from there); if that fails and `keep`, from the origin.
+    Copy { blob: Blob, from: String, keep: bool, publish: Option<Containerd> },
     /// From the origin: kept in the content store, or only compared; hashed, or not.
     Fetch { blob: Blob, keep: bool, hash: bool },
 }
@@ -885,7 +1043,7 @@ impl Job {
 
     async fn run(self, sess: &mut Session, cd: &Containerd, labels: &HashMap<String, String>) -> Result<Done> {
         let (blob, keep, hash) = match self {
-            Job::Copy { blob, from, keep } => match cd.copy_from(&from, &blob.digest, blob.size, labels).await {
+            Job::Copy { blob, from, keep, publish } => match Self::copy(cd, publish.as_ref(), &from, &blob, labels).await {
                 Ok(()) => return Ok(Done::Copied(blob.digest)),
                 Err(e) => {
                     tracing::warn!(digest = %blob.digest, from = %from, error = %e, "cannot copy the blob from another namespace on the node");
@@ -899,6 +1057,21 @@ impl Job {
         };
         let verified = Puller::fetch(sess, cd, &blob, keep, hash, labels).await?;
         Ok(Done::Fetched { digest: blob.digest, keep, verified })
+    }
+
+    /// Copies a blob from namespace `from` into the namespace, or, with `publish`, into
+    /// pullgate's public namespace and then adopts it from there (containerd checks the digest
+    /// of what is written either way). A public namespace that cannot be adopted from (its
+    /// label removed meanwhile) leaves the blob there and the copy comes to the namespace.
+    async fn copy(cd: &Containerd, publish: Option<&Containerd>, from: &str, blob: &Blob, labels: &HashMap<String, String>) -> Result<()> {
+        if let Some(p) = publish {
+            p.copy_from(from, &blob.digest, blob.size, &HashMap::new()).await?;
+            if cd.adopt_content(&blob.digest, blob.size, labels).await? {
+                return Ok(());
+            }
+            tracing::warn!(digest = %blob.digest, namespace = %p.namespace(), "cannot adopt the blob from pullgate's public namespace; copying it");
+        }
+        Ok(cd.copy_from(from, &blob.digest, blob.size, labels).await?)
     }
 }
 

@@ -141,6 +141,29 @@ pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<re
 
 /// One authenticated conversation with one repository of one registry. Clones share the
 /// HTTP client and the authorization obtained so far (for concurrent blob downloads).
+/// The last challenge each registry endpoint gave for each repository (`send`), keyed by
+/// endpoint base and repository. Only challenges a registry gave itself (never a host it
+/// redirected to) are kept; at most `MAX_CHALLENGES`, then forgotten at once.
+static CHALLENGES: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<(String, String), Challenge>>> = std::sync::LazyLock::new(Default::default);
+const MAX_CHALLENGES: usize = 10_000;
+
+fn remembered_challenge(base: &str, repo: &str) -> Option<Challenge> {
+    let map = CHALLENGES.lock().unwrap_or_else(|p| p.into_inner());
+    map.get(&(base.to_string(), repo.to_string())).map(|c| Challenge { error: None, ..c.clone() })
+}
+
+fn remember_challenge(base: &str, repo: &str, ch: &Challenge) {
+    let mut map = CHALLENGES.lock().unwrap_or_else(|p| p.into_inner());
+    if map.len() >= MAX_CHALLENGES {
+        map.clear();
+    }
+    map.insert((base.to_string(), repo.to_string()), ch.clone());
+}
+
+fn forget_challenge(base: &str, repo: &str) {
+    CHALLENGES.lock().unwrap_or_else(|p| p.into_inner()).remove(&(base.to_string(), repo.to_string()));
+}
+
 #[derive(Clone)]
 pub struct Session {
     http: reqwest::Client,
@@ -238,9 +261,27 @@ impl Session {
         let url = format!("{}/v2/{}/{}", self.base, self.repo, path);
         // Blob bodies get a size-dependent deadline in BlobReader; everything else one deadline.
         let whole = !path.starts_with("blobs/") || method == Method::HEAD;
-        for _attempt in 0..3 {
+        // The challenge this registry gave for this repository last time is answered before the
+        // first request, which saves the round-trip that would only fetch it again. If the
+        // answer is refused, it is forgotten and the registry's fresh challenge followed.
+        let mut remembered = false;
+        if self.authz.is_none() && self.cred.is_some() {
+            if let Some(ch) = remembered_challenge(&self.base, &self.repo) {
+                if self.authenticate(&ch).await.is_ok() {
+                    remembered = true;
+                } else {
+                    forget_challenge(&self.base, &self.repo);
+                    (self.authz, self.authenticated) = (None, false);
+                }
+            }
+        }
+        for _attempt in 0..4 {
             let resp = self.send_following(method.clone(), &url, accept, whole).await?;
             match resp.status() {
+                StatusCode::UNAUTHORIZED if remembered => {
+                    forget_challenge(&self.base, &self.repo);
+                    (self.authz, self.authenticated, remembered) = (None, false, false);
+                }
                 StatusCode::UNAUTHORIZED => {
                     // Only the registry's own challenge is answered: a host it redirected to (a
                     // blob store, a CDN) gets no credential, nor does the realm it would name.
@@ -271,6 +312,7 @@ impl Session {
                         });
                     }
                     self.authenticate(&challenge).await?;
+                    remember_challenge(&self.base, &self.repo, &challenge);
                 }
                 StatusCode::FORBIDDEN => return Err(self.no_access()),
                 s if s.is_success() || s == StatusCode::NOT_FOUND => return Ok(resp),
