@@ -1392,20 +1392,20 @@ mod tests {
     #[test]
     fn unpacks_of_unrecorded_chains_are_decided_by_arithmetic_not_labels() {
         let (_d, s) = snap();
-        // Private layer b (blob B) of another tenant's image; public layer p (blob P).
+        // Private layer b (blob 1) of another tenant's image; public layer c (blob 2).
         s.store
             .write(|tx| -> std::result::Result<(), ledger::LedgerError> {
-                for (blob, layer, who) in [('B', 'b', "hmac-sha256:a"), ('P', 'p', crate::credential::ANONYMOUS)] {
+                for (blob, layer, m, who) in [('1', 'b', '3', "hmac-sha256:a"), ('2', 'c', '4', crate::credential::ANONYMOUS)] {
                     ledger::record_pairing(tx, &crate::diffid::Verified::for_test(&dg(blob), &dg(layer)))?;
                     ledger::record_blob(tx, &dg(blob), "reg:5000/x", who, 1)?;
-                    let m = ledger::ManifestRec { layers: vec![dg(blob)], diff_ids: vec![dg(layer)], ..Default::default() };
-                    ledger::record_manifest(tx, &dg(blob.to_ascii_lowercase()), &m)?;
+                    let rec = ledger::ManifestRec { layers: vec![dg(blob)], diff_ids: vec![dg(layer)], ..Default::default() };
+                    ledger::record_manifest(tx, &dg(m), &rec)?;
                 }
                 Ok(())
             })
             .unwrap();
         // An unknown base x, committed under its chainID (a client's own unpack).
-        let x = dg('x');
+        let x = dg('e');
         s.prepare(&format!("B/1/extract-0 {x}"), "", Labels::new(), None).unwrap();
         s.commit(&format!("B/2/{x}"), &format!("B/1/extract-0 {x}"), Labels::new()).unwrap();
         // Its unpack was allowed and its chain is not recorded: x's table is built ahead.
@@ -1414,17 +1414,17 @@ mod tests {
         // Private b on x, with containerd 2.4's diff-id label and CRI's blob label lying (they
         // name the public layer): refused, by the table built ahead.
         let t = ledger::chain_id(&x, &dg('b'));
-        let lies = Labels::from([(DIFF_ID_LABEL.to_string(), dg('p')), (LAYER_DIGEST_LABEL.to_string(), dg('P')), (SNAPSHOT_REF_LABEL.to_string(), t.clone())]);
+        let lies = Labels::from([(DIFF_ID_LABEL.to_string(), dg('c')), (LAYER_DIGEST_LABEL.to_string(), dg('2')), (SNAPSHOT_REF_LABEL.to_string(), t.clone())]);
         let e = s.prepare(&format!("B/3/extract-1 {t}"), &format!("B/2/{x}"), lies, None).unwrap_err();
         assert!(matches!(&e, SnapshotterError::Gate(_)) && e.to_string().contains(&dg('b')), "{e}");
         assert_eq!((s.gate.index.stats().hits, s.gate.index.stats().built_in_decision), (1, 0));
         // The labels telling the truth refuse it too, without the table.
-        let truth = Labels::from([(DIFF_ID_LABEL.to_string(), dg('b')), (LAYER_DIGEST_LABEL.to_string(), dg('B'))]);
+        let truth = Labels::from([(DIFF_ID_LABEL.to_string(), dg('b')), (LAYER_DIGEST_LABEL.to_string(), dg('1'))]);
         assert!(matches!(s.prepare(&format!("B/4/extract-2 {t}"), &format!("B/2/{x}"), truth, None), Err(SnapshotterError::Gate(_))));
         assert_eq!(s.gate.index.stats().hits, 1);
-        // An unknown layer y on x is allowed (the default policy), with or without labels.
-        let u = ledger::chain_id(&x, &dg('y'));
-        s.prepare(&format!("B/5/extract-3 {u}"), &format!("B/2/{x}"), Labels::from([(DIFF_ID_LABEL.to_string(), dg('y'))]), None).unwrap();
+        // An unknown layer f on x is allowed (the default policy), with or without labels.
+        let u = ledger::chain_id(&x, &dg('f'));
+        s.prepare(&format!("B/5/extract-3 {u}"), &format!("B/2/{x}"), Labels::from([(DIFF_ID_LABEL.to_string(), dg('f'))]), None).unwrap();
     }
 
     #[test]
