@@ -25,6 +25,20 @@ fn digest(kind: &str, i: usize) -> String {
     crate::registry::sha256_digest(format!("{kind}-{i}").as_bytes())
 }
 
+/// This thread's CPU time, in µs: a decision's own cost, without the time the scheduler gave
+/// other processes (the benchmark machine may be shared).
+fn cpu_us() -> f64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map(|t| t.tv_sec() as f64 * 1e6 + t.tv_nsec() as f64 / 1e3).unwrap_or(0.0)
+}
+
+/// Wall-clock and thread CPU time of `f`, in µs.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, f64, f64) {
+    let (t, c) = (Instant::now(), cpu_us());
+    let out = f();
+    let cpu = cpu_us() - c;
+    (out, t.elapsed().as_secs_f64() * 1e6, cpu)
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -149,8 +163,8 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
 
     // Decisions: a container's Prepare on a granted chain (allowed) and on a chain of a manifest
     // the namespace has no grant for (denied).
-    let mut allowed = Vec::with_capacity(p.decisions);
-    let mut denied = Vec::with_capacity(p.decisions);
+    let mut allowed = Samples::default();
+    let mut denied = Samples::default();
     for i in 0..p.decisions {
         let n = i % p.namespaces;
         let granted = (n * 7 + (i % p.grants_per_namespace) * 13) % p.manifests;
@@ -159,15 +173,14 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
             let rec = store.read(|tx| ledger::manifest(tx, &digest("manifest", m)))?.ok_or("manifest missing")?;
             let chain = ChainInfo { chain_id: String::new(), diff_ids: rec.diff_ids, ..Default::default() };
             let ns = format!("ns-{n}");
-            let t = Instant::now();
-            let r = store.read(|tx| Ok::<_, StoreError>(gate.use_chain(tx, &Subject { namespace: &ns, principal: "" }, &chain)))?;
-            out.push(t.elapsed().as_secs_f64() * 1e6);
+            let (r, wall, cpu) = timed(|| store.read(|tx| Ok::<_, StoreError>(gate.use_chain(tx, &Subject { namespace: &ns, principal: "" }, &chain))));
+            let r = r?;
+            out.push(wall, cpu);
             if r.is_ok() != expect_ok && !(m == other && (0..p.grants_per_namespace).any(|g| (n * 7 + g * 13) % p.manifests == other)) {
                 return Err(format!("unexpected decision for ns-{n} manifest {m}: {r:?}").into());
             }
         }
     }
-    let (allowed, denied) = (sorted(allowed), sorted(denied));
 
     // Unpacks of chains no pull recorded: image i's unknown base x_i, then on it a private
     // layer of a manifest namespace ns-0 holds no grant for (denied) or an unknown layer
@@ -188,80 +201,116 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
         Ok(rec.diff_ids[2 + i % (p.layers_per_manifest - 2)].clone())
     };
     let parent_of = |i: usize, round: &str| ChainInfo { chain_id: digest(&format!("unknown-base-{round}"), i), diff_ids: vec![], unknown_layers: 1, ..Default::default() };
-    let decide = |parent: &ChainInfo, target: &str, hints: &[String], want_denied: bool| -> Result<f64, Box<dyn std::error::Error>> {
-        let t = Instant::now();
-        let r = store.read(|tx| Ok::<_, StoreError>(gate.extract_hinted(tx, &subject, parent, target, hints)))?;
-        let us = t.elapsed().as_secs_f64() * 1e6;
+    let decide = |out: &mut Samples, parent: &ChainInfo, target: &str, hints: &[String], want_denied: bool| -> Result<(), Box<dyn std::error::Error>> {
+        let (r, wall, cpu) = timed(|| store.read(|tx| Ok::<_, StoreError>(gate.extract_hinted(tx, &subject, parent, target, hints))));
+        let r = r?;
         if r.is_err() != want_denied {
             return Err(format!("unexpected unpack decision on {}: {r:?}", parent.chain_id).into());
         }
-        Ok(us)
+        out.push(wall, cpu);
+        Ok(())
     };
     const IMAGES: usize = 20;
-    const STEPS: usize = 10;
+    const STEPS: usize = 50;
     // The scan every protected layer took before the index (the anchor), same ledger.
-    let mut scan = Vec::new();
+    let mut scan = Samples::default();
     for i in 0..IMAGES {
         let parent = parent_of(i, "scan");
         let target = ledger::chain_id(&parent.chain_id, &private_layer(i)?);
-        let t = Instant::now();
-        let found = store.read(|tx| ledger::protected_layer_for_chain(tx, &parent.chain_id, &target))?;
-        scan.push(t.elapsed().as_secs_f64() * 1e6);
-        if found.is_none() {
+        let (found, wall, cpu) = timed(|| store.read(|tx| ledger::protected_layer_for_chain(tx, &parent.chain_id, &target)));
+        scan.push(wall, cpu);
+        if found?.is_none() {
             return Err("the scan missed a protected layer".into());
         }
     }
     // The index, as an unpack meets it: the step that created the parent was allowed, so its
     // table was built while containerd applied that layer (timed apart: off the decision).
-    let (mut ahead, mut built) = (Vec::new(), Vec::new());
+    let (mut ahead, mut built) = (Samples::default(), Samples::default());
     for i in 0..IMAGES {
         let parent = parent_of(i, "ahead");
-        let t = Instant::now();
-        gate.index.prefetch(snap.store_arc(), &parent.chain_id);
-        gate.index.settle();
-        built.push(t.elapsed().as_secs_f64() * 1e3);
+        let ((), wall, _) = timed(|| {
+            gate.index.prefetch(snap.store_arc(), &parent.chain_id);
+            gate.index.settle();
+        });
+        built.push(wall, f64::NAN);
         for k in 0..STEPS {
             let (d, deny) = if k % 2 == 0 { (private_layer(i * STEPS + k)?, true) } else { (digest("never-recorded", i * STEPS + k), false) };
-            ahead.push(decide(&parent, &ledger::chain_id(&parent.chain_id, &d), &[], deny)?);
+            decide(&mut ahead, &parent, &ledger::chain_id(&parent.chain_id, &d), &[], deny)?;
         }
     }
     // containerd 2.4's unpacker labels the layer's diffID: confirmed by the arithmetic, no table.
     gate.index.clear();
-    let mut labelled = Vec::new();
+    let mut labelled = Samples::default();
     for i in 0..IMAGES * STEPS {
         let parent = parent_of(i, "label");
         let (d, deny) = if i % 2 == 0 { (private_layer(i)?, true) } else { (digest("never-recorded-l", i), false) };
-        labelled.push(decide(&parent, &ledger::chain_id(&parent.chain_id, &d), &[d.clone()], deny)?);
+        decide(&mut labelled, &parent, &ledger::chain_id(&parent.chain_id, &d), &[d.clone()], deny)?;
     }
     // A parent never seen and no label (a client's own commit named by a chainID, then an
     // unpack on it): the decision builds the parent's table itself.
-    let mut cold = Vec::new();
+    let mut cold = Samples::default();
     for i in 0..IMAGES {
         let parent = parent_of(i, "cold");
-        cold.push(decide(&parent, &ledger::chain_id(&parent.chain_id, &private_layer(i)?), &[], true)? / 1e3);
+        decide(&mut cold, &parent, &ledger::chain_id(&parent.chain_id, &private_layer(i)?), &[], true)?;
     }
     let st = gate.index.stats();
-    let (scan, ahead, built, labelled, cold) = (sorted(scan), sorted(ahead), sorted(built), sorted(labelled), sorted(cold));
-    println!("| measurement                                                  |      value | anchor / target |");
-    println!("|--------------------------------------------------------------|------------|-----------------|");
-    println!("| gate decision, container Prepare, allowed: p50               | {:>7.1} µs |                 |", percentile(&allowed, 0.5));
-    println!("| gate decision, container Prepare, allowed: p99               | {:>7.1} µs | target < 20 µs  |", percentile(&allowed, 0.99));
-    println!("| gate decision, container Prepare, denied: p50                | {:>7.1} µs |                 |", percentile(&denied, 0.5));
-    println!("| gate decision, container Prepare, denied: p99                | {:>7.1} µs | target < 20 µs  |", percentile(&denied, 0.99));
-    println!("| unrecorded-chain unpack, {protected} protected layers:              |            |                 |");
-    println!("|   scan of every protected layer (before the index): p50      | {:>7.2} ms |          anchor |", percentile(&scan, 0.5) / 1e3);
-    println!("|   scan of every protected layer (before the index): p99      | {:>7.2} ms |          anchor |", percentile(&scan, 0.99) / 1e3);
-    println!("|   decision, parent's table built ahead: p50                  | {:>7.1} µs |                 |", percentile(&ahead, 0.5));
-    println!("|   decision, parent's table built ahead: p99                  | {:>7.1} µs | target < 100 µs |", percentile(&ahead, 0.99));
-    println!("|   decision, containerd 2.4's diff-id label confirmed: p50    | {:>7.1} µs |                 |", percentile(&labelled, 0.5));
-    println!("|   decision, containerd 2.4's diff-id label confirmed: p99    | {:>7.1} µs | target < 100 µs |", percentile(&labelled, 0.99));
-    println!("|   table build, ahead of the decision (off its path): p50     | {:>7.2} ms |                 |", percentile(&built, 0.5));
-    println!("|   decision on a parent never seen, no label (builds): p50    | {:>7.2} ms |                 |", percentile(&cold, 0.5));
-    println!("| daemon start-up (open snapshotter and ledger)                | {:>7.1} ms |                 |", startup_ms);
-    println!("| ledger file size                                             | {:>7.1} MB |                 |", size as f64 / 1048576.0);
-    println!("| resident memory, fresh process after 1,000 decisions         | {:>7.1} MB |                 |", rss_kib as f64 / 1024.0);
-    println!("(chain index: {} decisions from tables, {} tables built ahead, {} in decisions)", st.hits, st.built_ahead, st.built_in_decision);
+    println!("| measurement                                                     |  wall clock | thread CPU | anchor / target |");
+    println!("|-----------------------------------------------------------------|-------------|------------|-----------------|");
+    let row = |name: &str, s: &Samples, q: f64, ms: bool, note: &str| {
+        let (w, c) = (s.at(q, true), s.at(q, false));
+        let (w, c, unit) = if ms { (w / 1e3, c / 1e3, "ms") } else { (w, c, "µs") };
+        let c = if c.is_nan() { "          -".to_string() } else { format!("{c:>8.1} {unit}") };
+        println!("| {name:<63} | {w:>8.1} {unit} | {c} | {note:<15} |");
+    };
+    row("gate decision, container Prepare, allowed: p50", &allowed, 0.5, false, "");
+    row("gate decision, container Prepare, allowed: p99", &allowed, 0.99, false, "target < 20 µs");
+    row("gate decision, container Prepare, denied: p50", &denied, 0.5, false, "");
+    row("gate decision, container Prepare, denied: p99", &denied, 0.99, false, "target < 20 µs");
+    println!("| unpack of an unrecorded chain, {protected} protected layers:{:<19} |             |            |                 |", "");
+    row("  scan of every protected layer (before the index): p50", &scan, 0.5, true, "anchor");
+    row("  scan of every protected layer (before the index): p99", &scan, 0.99, true, "anchor");
+    row("  decision, parent's table built ahead: p50", &ahead, 0.5, false, "");
+    row("  decision, parent's table built ahead: p99", &ahead, 0.99, false, "target < 100 µs");
+    row("  decision, containerd 2.4's diff-id label confirmed: p50", &labelled, 0.5, false, "");
+    row("  decision, containerd 2.4's diff-id label confirmed: p99", &labelled, 0.99, false, "target < 100 µs");
+    row("  table build, ahead of the decision (off its path): p50", &built, 0.5, true, "");
+    row("  decision on a parent never seen, no label (builds): p50", &cold, 0.5, true, "");
+    println!("| daemon start-up (open snapshotter and ledger)                   | {:>8.1} ms |            |                 |", startup_ms);
+    println!("| ledger file size                                                | {:>8.1} MB |            |                 |", size as f64 / 1048576.0);
+    println!("| resident memory, fresh process after 1,000 decisions            | {:>8.1} MB |            |                 |", rss_kib as f64 / 1024.0);
+    println!(
+        "({} container decisions each; {} unpack decisions from tables built ahead, {} labelled; chain index: {} answers from tables, {} tables built ahead, {} in decisions)",
+        p.decisions,
+        ahead.wall.len(),
+        labelled.wall.len(),
+        st.hits,
+        st.built_ahead,
+        st.built_in_decision
+    );
     Ok(())
+}
+
+/// Wall-clock and thread CPU samples, in µs.
+#[derive(Default)]
+struct Samples {
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+impl Samples {
+    fn push(&mut self, wall: f64, cpu: f64) {
+        self.wall.push(wall);
+        self.cpu.push(cpu);
+    }
+
+    fn at(&self, q: f64, wall: bool) -> f64 {
+        let v = sorted(if wall { self.wall.clone() } else { self.cpu.clone() });
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            percentile(&v, q)
+        }
+    }
 }
 
 /// Start-up time and resident memory of a fresh process (as the daemon starts) on ledgers of

@@ -56,18 +56,28 @@ fn head(b: &[u8]) -> u64 {
     u64::from_be_bytes(x)
 }
 
+/// The first 8 bytes of a diffID in canonical form, None for any other form.
+fn canonical_head(d: &str) -> Option<u64> {
+    let hexd = d.strip_prefix("sha256:")?;
+    if hexd.len() != 64 || !hexd.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return None;
+    }
+    u64::from_str_radix(&hexd[..16], 16).ok()
+}
+
 impl Table {
     fn build(tx: &impl LedgerRead, parent: &str) -> Result<Table, StoreError> {
         let seq = ledger::protected_log_last(tx)?;
         let prefix = ledger::chain_hasher(parent);
         let (mut entries, mut other) = (Vec::new(), Vec::new());
         tx.find_key(Collection::Protected, &mut |d| {
-            // Keys in canonical form (lowercase hex) are found again by their first bytes.
-            match ledger::sha256_bytes(d).filter(|raw| d[7..] == hex::encode(raw)) {
-                Some(raw) => {
+            // Keys in canonical form (`sha256:` and 64 lowercase hex digits) are found again by
+            // their first 16 digits.
+            match canonical_head(d) {
+                Some(lead) => {
                     let mut h = prefix.clone();
                     h.update(d.as_bytes());
-                    entries.push((head(h.finalize().as_slice()), head(&raw)));
+                    entries.push((head(h.finalize().as_slice()), lead));
                 }
                 None => other.push(d.to_string()),
             }
