@@ -4,7 +4,8 @@
 //!   snapfill SOCKET SNAPSHOTTER NAMESPACE FROM TO LABELS LABEL_BYTES
 //!       Through containerd's Snapshots service at SOCKET (so that containerd's metadata holds
 //!       them): for i in FROM..TO, Prepare then Commit of a snapshot with no parent, committed as
-//!       `fill-<i>` with the label `containerd.io/gc.root` (containerd's GC keeps it) and
+//!       `fill-<i>` with the label `containerd.io/gc.root` (containerd's GC keeps it; the
+//!       active snapshot before it carries it too) and
 //!       LABELS labels `containerd.io/snapshot/fill.<j>` (which reach the snapshotter) of
 //!       LABEL_BYTES bytes each. Eight requests at a time. Prints the time taken; exit 1 on
 //!       the first error.
@@ -24,7 +25,9 @@ fn req<T>(msg: T, ns: &str) -> Result<Request<T>, Error> {
 
 async fn one(client: &mut SnapshotsClient<tonic::transport::Channel>, sn: &str, ns: &str, i: usize, labels: &HashMap<String, String>) -> Result<(), Error> {
     let key = format!("fill-{i}-active");
-    client.prepare(req(PrepareSnapshotRequest { snapshotter: sn.into(), key: key.clone(), parent: String::new(), labels: HashMap::new() }, ns)?).await?;
+    // The active snapshot is a GC root too: containerd's collector removes an unleased one.
+    let root = HashMap::from([("containerd.io/gc.root".to_string(), "1".to_string())]);
+    client.prepare(req(PrepareSnapshotRequest { snapshotter: sn.into(), key: key.clone(), parent: String::new(), labels: root }, ns)?).await?;
     let mut l = labels.clone();
     l.insert("containerd.io/gc.root".into(), "1".into());
     client.commit(req(CommitSnapshotRequest { snapshotter: sn.into(), name: format!("fill-{i}"), key, labels: l, ..Default::default() }, ns)?).await?;
