@@ -1,7 +1,9 @@
 //! `cargo bench --bench gate`: the gate's decision on Prepare with a large ledger
-//! (10,000 manifests, 100,000 blobs, 1,000 namespaces by default), daemon start-up time,
-//! ledger file size and resident memory. Sizes can be changed with PULLGATE_BENCH_MANIFESTS,
-//! PULLGATE_BENCH_NAMESPACES.
+//! (10,000 manifests, 100,000 blobs, 1,000 namespaces by default), the decision on an unpack of
+//! a chain no pull recorded (80,050 protected layers) against the scan it replaced, daemon
+//! start-up time, ledger file size and resident memory. Sizes can be changed with
+//! PULLGATE_BENCH_MANIFESTS, PULLGATE_BENCH_NAMESPACES. With PULLGATE_BENCH_STARTUP=N,M,...
+//! (recorded blobs, e.g. 100000,1000000) it measures start-up and memory at those sizes instead.
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -23,6 +25,14 @@ fn main() {
         grants_per_namespace: 10,
         decisions: 5_000,
     };
+    if let Ok(sizes) = std::env::var("PULLGATE_BENCH_STARTUP") {
+        let sizes: Vec<usize> = sizes.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+        if let Err(e) = pullgate::benchkit::run_startup(&sizes, &p) {
+            eprintln!("start-up benchmark failed: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if let Err(e) = pullgate::benchkit::run(&p) {
         eprintln!("gate benchmark failed: {e}");
         std::process::exit(1);

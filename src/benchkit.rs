@@ -6,11 +6,12 @@
 #![doc(hidden)]
 use crate::gate::{ChainInfo, Gate, GateConfig, Subject};
 use crate::ledger::{self, ManifestRec};
-use crate::metastore::StoreError;
+use crate::metastore::{LedgerRead as _, StoreError};
 use crate::snapshotter::{Driver, Snapshotter};
 use std::sync::Arc;
 use std::time::Instant;
 
+#[derive(Clone, Copy)]
 pub struct Params {
     pub manifests: usize,
     pub layers_per_manifest: usize,
@@ -22,6 +23,20 @@ pub struct Params {
 
 fn digest(kind: &str, i: usize) -> String {
     crate::registry::sha256_digest(format!("{kind}-{i}").as_bytes())
+}
+
+/// This thread's CPU time, in µs: a decision's own cost, without the time the scheduler gave
+/// other processes (the benchmark machine may be shared).
+fn cpu_us() -> f64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).map(|t| t.tv_sec() as f64 * 1e6 + t.tv_nsec() as f64 / 1e3).unwrap_or(0.0)
+}
+
+/// Wall-clock and thread CPU time of `f`, in µs.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, f64, f64) {
+    let (t, c) = (Instant::now(), cpu_us());
+    let out = f();
+    let cpu = cpu_us() - c;
+    (out, t.elapsed().as_secs_f64() * 1e6, cpu)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -57,83 +72,99 @@ pub fn startup_probe() -> Result<bool, Box<dyn std::error::Error>> {
     Ok(true)
 }
 
-pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir()?;
-    let root = dir.path();
+/// Builds the benchmark's ledger under `root`; returns the number of blob records.
+fn build_ledger(root: &std::path::Path, p: &Params) -> Result<usize, Box<dyn std::error::Error>> {
     let gate = Arc::new(Gate::new(GateConfig::default()));
-    let t = Instant::now();
-    {
-        let snap = Snapshotter::open(root, Driver::Copy, gate.clone())?;
-        let store = snap.store();
-        let origin = "registry.example.com:5000/team/app";
-        let mut blob_count = 0;
-        for chunk in (0..p.manifests).collect::<Vec<_>>().chunks(500) {
-            store.write(|tx| -> Result<(), ledger::LedgerError> {
-                for &m in chunk {
-                    let mut layers = Vec::new();
-                    let mut diff_ids = Vec::new();
-                    for l in 0..p.layers_per_manifest {
-                        let id = if l < 2 { format!("base-{}", (m * 2 + l) % p.shared_base_layers) } else { format!("m{m}-l{l}") };
-                        // Each blob is a small uncompressed "layer" that pullgate hashes, as a
-                        // pull would, so that the ledger pairs it with its layer ID.
-                        let payload = format!("blob-{id}");
-                        let b = format!("sha256:{}", hex::encode(sha2_of(&payload)));
-                        let mut h = crate::diffid::Hasher::new(&b, payload.len() as u64);
-                        let v = h.update(payload.as_bytes()).and_then(|()| h.finish());
-                        let v = v.map_err(|e| StoreError::Corrupt { key: b.clone(), reason: e.to_string() })?;
-                        ledger::record_pairing(tx, &v)?;
-                        let d = v.diff_id().to_string();
-                        ledger::record_blob(tx, &b, origin, "hmac-sha256:bench", 1)?;
-                        blob_count += 1;
-                        layers.push(b);
-                        diff_ids.push(d);
-                    }
-                    let rec = ManifestRec {
-                        config: digest("config", m),
-                        layers,
-                        diff_ids,
-                        origins: [origin.to_string()].into(),
-                        names: [ledger::name_entry(origin, &format!("{origin}:v{m}"))].into(),
-                    };
-                    ledger::record_manifest(tx, &digest("manifest", m), &rec)?;
+    let snap = Snapshotter::open(root, Driver::Copy, gate)?;
+    let store = snap.store();
+    let origin = "registry.example.com:5000/team/app";
+    let mut blob_count = 0;
+    for chunk in (0..p.manifests).collect::<Vec<_>>().chunks(500) {
+        store.write(|tx| -> Result<(), ledger::LedgerError> {
+            for &m in chunk {
+                let mut layers = Vec::new();
+                let mut diff_ids = Vec::new();
+                for l in 0..p.layers_per_manifest {
+                    let id = if l < 2 { format!("base-{}", (m * 2 + l) % p.shared_base_layers) } else { format!("m{m}-l{l}") };
+                    // Each blob is a small uncompressed "layer" that pullgate hashes, as a
+                    // pull would, so that the ledger pairs it with its layer ID.
+                    let payload = format!("blob-{id}");
+                    let b = format!("sha256:{}", hex::encode(sha2_of(&payload)));
+                    let mut h = crate::diffid::Hasher::new(&b, payload.len() as u64);
+                    let v = h.update(payload.as_bytes()).and_then(|()| h.finish());
+                    let v = v.map_err(|e| StoreError::Corrupt { key: b.clone(), reason: e.to_string() })?;
+                    ledger::record_pairing(tx, &v)?;
+                    let d = v.diff_id().to_string();
+                    ledger::record_blob(tx, &b, origin, "hmac-sha256:bench", 1)?;
+                    blob_count += 1;
+                    layers.push(b);
+                    diff_ids.push(d);
                 }
-                Ok(())
-            })?;
-        }
-        store.write(|tx| -> Result<(), StoreError> {
-            for n in 0..p.namespaces {
-                for g in 0..p.grants_per_namespace {
-                    let m = (n * 7 + g * 13) % p.manifests;
-                    ledger::put_grant(tx, &format!("ns-{n}"), "", origin, &digest("manifest", m), "hmac-sha256:bench", i64::MAX / 2)?;
-                }
+                let rec = ManifestRec {
+                    config: digest("config", m),
+                    layers,
+                    diff_ids,
+                    origins: [origin.to_string()].into(),
+                    names: [ledger::name_entry(origin, &format!("{origin}:v{m}"))].into(),
+                };
+                ledger::record_manifest(tx, &digest("manifest", m), &rec)?;
             }
             Ok(())
         })?;
-        println!(
-            "ledger: {} manifests, {} blobs recorded ({} distinct), {} namespaces x {} grants, built in {:.1} s",
-            p.manifests,
-            blob_count,
-            p.manifests * (p.layers_per_manifest - 2) + p.shared_base_layers,
-            p.namespaces,
-            p.grants_per_namespace,
-            t.elapsed().as_secs_f64()
-        );
     }
-    let size = std::fs::metadata(root.join("metadata.redb"))?.len();
-    // Start-up and memory of a fresh process, as a daemon would start on this root (this one
-    // has just built the ledger, and its allocator keeps what that used).
+    store.write(|tx| -> Result<(), StoreError> {
+        for n in 0..p.namespaces {
+            for g in 0..p.grants_per_namespace {
+                let m = (n * 7 + g * 13) % p.manifests;
+                ledger::put_grant(tx, &format!("ns-{n}"), "", origin, &digest("manifest", m), "hmac-sha256:bench", i64::MAX / 2)?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(blob_count)
+}
+
+/// Start-up (ms) and resident memory (KiB) of a fresh process opening `root` and making 1,000
+/// decisions, as a daemon would start on it (the process that built the ledger keeps in its
+/// allocator what that used).
+fn startup_of(root: &std::path::Path) -> Result<(f64, u64), Box<dyn std::error::Error>> {
     let child = std::process::Command::new(std::env::current_exe()?).env(CHILD_ENV, root).output()?;
-    let (startup_ms, rss_kib): (f64, u64) = std::str::from_utf8(&child.stdout)?
+    Ok(std::str::from_utf8(&child.stdout)?
         .split_once(' ')
         .and_then(|(a, b)| Some((a.trim().parse().ok()?, b.trim().parse().ok()?)))
-        .ok_or_else(|| format!("start-up probe failed: {}", String::from_utf8_lossy(&child.stderr)))?;
+        .ok_or_else(|| format!("start-up probe failed: {}", String::from_utf8_lossy(&child.stderr)))?)
+}
+
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path();
+    let t = Instant::now();
+    let blob_count = build_ledger(root, p)?;
+    println!(
+        "ledger: {} manifests, {} blobs recorded ({} distinct), {} namespaces x {} grants, built in {:.1} s",
+        p.manifests,
+        blob_count,
+        p.manifests * (p.layers_per_manifest - 2) + p.shared_base_layers,
+        p.namespaces,
+        p.grants_per_namespace,
+        t.elapsed().as_secs_f64()
+    );
+    let size = std::fs::metadata(root.join("metadata.redb"))?.len();
+    let (startup_ms, rss_kib) = startup_of(root)?;
+    let gate = Arc::new(Gate::new(GateConfig::default()));
     let snap = Snapshotter::open(root, Driver::Copy, gate.clone())?;
     let store = snap.store();
 
     // Decisions: a container's Prepare on a granted chain (allowed) and on a chain of a manifest
     // the namespace has no grant for (denied).
-    let mut allowed = Vec::with_capacity(p.decisions);
-    let mut denied = Vec::with_capacity(p.decisions);
+    let mut allowed = Samples::default();
+    let mut denied = Samples::default();
     for i in 0..p.decisions {
         let n = i % p.namespaces;
         let granted = (n * 7 + (i % p.grants_per_namespace) * 13) % p.manifests;
@@ -142,36 +173,161 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
             let rec = store.read(|tx| ledger::manifest(tx, &digest("manifest", m)))?.ok_or("manifest missing")?;
             let chain = ChainInfo { chain_id: String::new(), diff_ids: rec.diff_ids, ..Default::default() };
             let ns = format!("ns-{n}");
-            let t = Instant::now();
-            let r = store.read(|tx| Ok::<_, StoreError>(gate.use_chain(tx, &Subject { namespace: &ns, principal: "" }, &chain)))?;
-            out.push(t.elapsed().as_secs_f64() * 1e6);
+            let (r, wall, cpu) = timed(|| store.read(|tx| Ok::<_, StoreError>(gate.use_chain(tx, &Subject { namespace: &ns, principal: "" }, &chain))));
+            let r = r?;
+            out.push(wall, cpu);
             if r.is_ok() != expect_ok && !(m == other && (0..p.grants_per_namespace).any(|g| (n * 7 + g * 13) % p.manifests == other)) {
                 return Err(format!("unexpected decision for ns-{n} manifest {m}: {r:?}").into());
             }
         }
     }
-    allowed.sort_by(f64::total_cmp);
-    denied.sort_by(f64::total_cmp);
-    // The unknown-chain test: an extract whose target chain pullgate never recorded.
-    let mut unknown = Vec::new();
-    for i in 0..20 {
-        let parent = ChainInfo { chain_id: digest("unknown-parent", i), diff_ids: vec![], unknown_layers: 1, ..Default::default() };
-        let target = digest("unknown-target", i);
-        let t = Instant::now();
-        let _ = store.read(|tx| Ok::<_, StoreError>(gate.extract(tx, &Subject { namespace: "ns-0", principal: "" }, &parent, &target)))?;
-        unknown.push(t.elapsed().as_secs_f64() * 1e3);
+
+    // Unpacks of chains no pull recorded: image i's unknown base x_i, then on it a private
+    // layer of a manifest namespace ns-0 holds no grant for (denied) or an unknown layer
+    // (allowed), as an attacker's manifest or an imported image stacks them.
+    let protected = store.read(|tx| {
+        let mut n = 0usize;
+        tx.find_key(crate::metastore::Collection::Protected, &mut |_| {
+            n += 1;
+            false
+        })?;
+        Ok::<_, StoreError>(n)
+    })?;
+    let subject = Subject { namespace: "ns-0", principal: "" };
+    let granted0: Vec<usize> = (0..p.grants_per_namespace).map(|g| (g * 13) % p.manifests).collect();
+    let private_layer = |i: usize| -> Result<String, Box<dyn std::error::Error>> {
+        let m = (0..p.manifests).map(|k| (k * 7919 + i * 104729) % p.manifests).find(|m| !granted0.contains(m)).ok_or("no manifest")?;
+        let rec = store.read(|tx| ledger::manifest(tx, &digest("manifest", m)))?.ok_or("manifest missing")?;
+        Ok(rec.diff_ids[2 + i % (p.layers_per_manifest - 2)].clone())
+    };
+    let parent_of = |i: usize, round: &str| ChainInfo { chain_id: digest(&format!("unknown-base-{round}"), i), diff_ids: vec![], unknown_layers: 1, ..Default::default() };
+    let decide = |out: &mut Samples, parent: &ChainInfo, target: &str, hints: &[String], want_denied: bool| -> Result<(), Box<dyn std::error::Error>> {
+        let (r, wall, cpu) = timed(|| store.read(|tx| Ok::<_, StoreError>(gate.extract_hinted(tx, &subject, parent, target, hints))));
+        let r = r?;
+        if r.is_err() != want_denied {
+            return Err(format!("unexpected unpack decision on {}: {r:?}", parent.chain_id).into());
+        }
+        out.push(wall, cpu);
+        Ok(())
+    };
+    const IMAGES: usize = 20;
+    const STEPS: usize = 50;
+    // The scan every protected layer took before the index (the anchor), same ledger.
+    let mut scan = Samples::default();
+    for i in 0..IMAGES {
+        let parent = parent_of(i, "scan");
+        let target = ledger::chain_id(&parent.chain_id, &private_layer(i)?);
+        let (found, wall, cpu) = timed(|| store.read(|tx| ledger::protected_layer_for_chain(tx, &parent.chain_id, &target)));
+        scan.push(wall, cpu);
+        if found?.is_none() {
+            return Err("the scan missed a protected layer".into());
+        }
     }
-    unknown.sort_by(f64::total_cmp);
-    println!("| measurement                                        | value        |");
-    println!("|----------------------------------------------------|--------------|");
-    println!("| gate decision, container Prepare, allowed: p50     | {:>9.1} µs |", percentile(&allowed, 0.5));
-    println!("| gate decision, container Prepare, allowed: p99     | {:>9.1} µs |", percentile(&allowed, 0.99));
-    println!("| gate decision, container Prepare, denied: p50      | {:>9.1} µs |", percentile(&denied, 0.5));
-    println!("| gate decision, container Prepare, denied: p99      | {:>9.1} µs |", percentile(&denied, 0.99));
-    println!("| unknown-chain extract (tests every protected layer), p50 | {:>6.1} ms |", percentile(&unknown, 0.5));
-    println!("| daemon start-up (open snapshotter and ledger)      | {:>9.1} ms |", startup_ms);
-    println!("| ledger file size                                   | {:>9.1} MB |", size as f64 / 1048576.0);
-    println!("| resident memory, fresh process after 1,000 decisions | {:>7.1} MB |", rss_kib as f64 / 1024.0);
+    // The index, as an unpack meets it: the step that created the parent was allowed, so its
+    // table was built while containerd applied that layer (timed apart: off the decision).
+    let (mut ahead, mut built) = (Samples::default(), Samples::default());
+    for i in 0..IMAGES {
+        let parent = parent_of(i, "ahead");
+        let ((), wall, _) = timed(|| {
+            gate.index.prefetch(snap.store_arc(), &parent.chain_id);
+            gate.index.settle();
+        });
+        built.push(wall, f64::NAN);
+        for k in 0..STEPS {
+            let (d, deny) = if k % 2 == 0 { (private_layer(i * STEPS + k)?, true) } else { (digest("never-recorded", i * STEPS + k), false) };
+            decide(&mut ahead, &parent, &ledger::chain_id(&parent.chain_id, &d), &[], deny)?;
+        }
+    }
+    // containerd 2.4's unpacker labels the layer's diffID: confirmed by the arithmetic, no table.
+    gate.index.clear();
+    let mut labelled = Samples::default();
+    for i in 0..IMAGES * STEPS {
+        let parent = parent_of(i, "label");
+        let (d, deny) = if i % 2 == 0 { (private_layer(i)?, true) } else { (digest("never-recorded-l", i), false) };
+        decide(&mut labelled, &parent, &ledger::chain_id(&parent.chain_id, &d), &[d.clone()], deny)?;
+    }
+    // A parent never seen and no label (a client's own commit named by a chainID, then an
+    // unpack on it): the decision builds the parent's table itself.
+    let mut cold = Samples::default();
+    for i in 0..IMAGES {
+        let parent = parent_of(i, "cold");
+        decide(&mut cold, &parent, &ledger::chain_id(&parent.chain_id, &private_layer(i)?), &[], true)?;
+    }
+    let st = gate.index.stats();
+    println!("| measurement                                                     |  wall clock | thread CPU | anchor / target |");
+    println!("|-----------------------------------------------------------------|-------------|------------|-----------------|");
+    let row = |name: &str, s: &Samples, q: f64, ms: bool, note: &str| {
+        let (w, c) = (s.at(q, true), s.at(q, false));
+        let (w, c, unit) = if ms { (w / 1e3, c / 1e3, "ms") } else { (w, c, "µs") };
+        let c = if c.is_nan() { "          -".to_string() } else { format!("{c:>8.1} {unit}") };
+        println!("| {name:<63} | {w:>8.1} {unit} | {c} | {note:<15} |");
+    };
+    row("gate decision, container Prepare, allowed: p50", &allowed, 0.5, false, "");
+    row("gate decision, container Prepare, allowed: p99", &allowed, 0.99, false, "target < 20 µs");
+    row("gate decision, container Prepare, denied: p50", &denied, 0.5, false, "");
+    row("gate decision, container Prepare, denied: p99", &denied, 0.99, false, "target < 20 µs");
+    println!("| unpack of an unrecorded chain, {protected} protected layers:{:<19} |             |            |                 |", "");
+    row("  scan of every protected layer (before the index): p50", &scan, 0.5, true, "anchor");
+    row("  scan of every protected layer (before the index): p99", &scan, 0.99, true, "anchor");
+    row("  decision, parent's table built ahead: p50", &ahead, 0.5, false, "");
+    row("  decision, parent's table built ahead: p99", &ahead, 0.99, false, "target < 100 µs");
+    row("  decision, containerd 2.4's diff-id label confirmed: p50", &labelled, 0.5, false, "");
+    row("  decision, containerd 2.4's diff-id label confirmed: p99", &labelled, 0.99, false, "target < 100 µs");
+    row("  table build, ahead of the decision (off its path): p50", &built, 0.5, true, "");
+    row("  decision on a parent never seen, no label (builds): p50", &cold, 0.5, true, "");
+    println!("| daemon start-up (open snapshotter and ledger)                   | {:>8.1} ms |            |                 |", startup_ms);
+    println!("| ledger file size                                                | {:>8.1} MB |            |                 |", size as f64 / 1048576.0);
+    println!("| resident memory, fresh process after 1,000 decisions            | {:>8.1} MB |            |                 |", rss_kib as f64 / 1024.0);
+    println!(
+        "({} container decisions each; {} unpack decisions from tables built ahead, {} labelled; chain index: {} answers from tables, {} tables built ahead, {} in decisions)",
+        p.decisions,
+        ahead.wall.len(),
+        labelled.wall.len(),
+        st.hits,
+        st.built_ahead,
+        st.built_in_decision
+    );
+    Ok(())
+}
+
+/// Wall-clock and thread CPU samples, in µs.
+#[derive(Default)]
+struct Samples {
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+impl Samples {
+    fn push(&mut self, wall: f64, cpu: f64) {
+        self.wall.push(wall);
+        self.cpu.push(cpu);
+    }
+
+    fn at(&self, q: f64, wall: bool) -> f64 {
+        let v = sorted(if wall { self.wall.clone() } else { self.cpu.clone() });
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            percentile(&v, q)
+        }
+    }
+}
+
+/// Start-up time and resident memory of a fresh process (as the daemon starts) on ledgers of
+/// `sizes` blob records (10 per manifest), side by side.
+pub fn run_startup(sizes: &[usize], base: &Params) -> Result<(), Box<dyn std::error::Error>> {
+    println!("| recorded blobs | manifests | ledger build |  ledger file | start-up |  resident memory |");
+    println!("|----------------|-----------|--------------|--------------|----------|------------------|");
+    for &blobs in sizes {
+        let dir = tempfile::tempdir()?;
+        let p = Params { manifests: (blobs / base.layers_per_manifest).max(1000), ..*base };
+        let t = Instant::now();
+        let n = build_ledger(dir.path(), &p)?;
+        let build = t.elapsed().as_secs_f64();
+        let size = std::fs::metadata(dir.path().join("metadata.redb"))?.len();
+        let (ms, kib) = startup_of(dir.path())?;
+        println!("| {:>14} | {:>9} | {:>10.0} s | {:>9.1} MB | {:>5.1} ms | {:>13.1} MB |", n, p.manifests, build, size as f64 / 1048576.0, ms, kib as f64 / 1024.0);
+    }
     Ok(())
 }
 

@@ -122,6 +122,8 @@ pub struct ChainInfo {
 
 pub struct Gate {
     pub cfg: GateConfig,
+    /// Finds the layer an unpack of an unrecorded chain applies (see [`crate::chainindex`]).
+    pub index: std::sync::Arc<crate::chainindex::ChainIndex>,
 }
 
 /// The grants of one namespace, read once per decision, each listing its manifest's layers
@@ -192,7 +194,7 @@ fn now_nanos() -> i64 {
 
 impl Gate {
     pub fn new(cfg: GateConfig) -> Gate {
-        Gate { cfg }
+        Gate { cfg, index: Default::default() }
     }
 
     fn deny(&self, s: &Subject, kind: DenyReason, subject: String, image: Option<String>, reason: String, fix: String) -> GateError {
@@ -215,6 +217,15 @@ impl Gate {
     /// Extract: which layer an unpack step with target chain `target` on top of `parent`
     /// applies, and whether namespace `s.namespace` may materialise it. Returns the new chain.
     pub fn extract(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo, target: &str) -> Result<ChainInfo, GateError> {
+        self.extract_hinted(tx, s, parent, target, &[])
+    }
+
+    /// [`Gate::extract`] with `hints`: layers (diffIDs) the request's labels say it applies
+    /// (containerd 2.4's unpacker names the layer's diffID, CRI's the layer's blob, which
+    /// pullgate's own pairing turns into a diffID). A hint is a claim: it is used only when
+    /// chainID(parent, hint) == target, which proves (as far as sha256 does) that the hint is
+    /// the layer applied; then no protected layer has to be looked for.
+    pub fn extract_hinted(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo, target: &str, hints: &[String]) -> Result<ChainInfo, GateError> {
         if parent.unestablished && self.cfg.policy != Policy::NeverVerify {
             return Err(self.deny(
                 s,
@@ -225,7 +236,7 @@ impl Gate {
                 format!("unpack the image from its first layer: pullgate pull -n {} --user USER:PASSWORD IMAGE", s.namespace),
             ));
         }
-        let applied = self.applied_layer(tx, parent, target)?;
+        let applied = self.applied_layer(tx, parent, target, hints)?;
         let mut grants = GrantView::load(tx, s.namespace)?;
         self.check_chain(tx, s, parent, applied.as_deref(), false, &mut grants)?;
         let mut next = ChainInfo { chain_id: target.to_string(), diff_ids: parent.diff_ids.clone(), unknown_layers: parent.unknown_layers, unestablished: false };
@@ -311,9 +322,11 @@ impl Gate {
         }
     }
 
-    /// The layer a target chainID adds to `parent`: from the ledger's chains, or by testing
-    /// every protected diffID d for chainID(parent, d) == target.
-    fn applied_layer(&self, tx: &impl LedgerRead, parent: &ChainInfo, target: &str) -> Result<Option<String>, StoreError> {
+    /// The layer a target chainID adds to `parent`: from the ledger's chains, from a hint the
+    /// chain arithmetic confirms, or from the chain index (as if every protected diffID d were
+    /// tested for chainID(parent, d) == target). A known layer that is not protected is
+    /// reported as unknown, as the test of protected layers alone would.
+    fn applied_layer(&self, tx: &impl LedgerRead, parent: &ChainInfo, target: &str, hints: &[String]) -> Result<Option<String>, StoreError> {
         if let Some(c) = ledger::chain(tx, target)? {
             if c.parent == parent.chain_id {
                 return Ok(Some(c.diff_id));
@@ -323,7 +336,11 @@ impl Gate {
             // The parent's own chain is unknown: the arithmetic cannot be done.
             return Ok(None);
         }
-        ledger::protected_layer_for_chain(tx, &parent.chain_id, target)
+        if let Some(d) = hints.iter().find(|d| ledger::chain_id(&parent.chain_id, d) == target) {
+            // The layer applied is d: it is what the index would find, if d is protected.
+            return Ok(if ledger::is_protected(tx, d)? { Some(d.clone()) } else { None });
+        }
+        self.index.protected_layer_for_chain(tx, &parent.chain_id, target)
     }
 
     fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, id: &LayerId, per_principal: bool, grants: &mut GrantView, now: i64) -> Result<(), GateError> {
@@ -581,6 +598,33 @@ mod tests {
     }
 
     #[test]
+    fn a_layer_label_is_a_hint_the_chain_arithmetic_must_confirm() {
+        let (_d, s) = ledger();
+        let g = gate(Policy::NeverVerifyPreloadedImages);
+        let base = ChainInfo { chain_id: d('x'), diff_ids: vec![], unknown_layers: 1, ..Default::default() };
+        let target = ledger::chain_id(&d('x'), &d('b'));
+        // Labels naming the public layer p, an unknown layer, or a malformed one, for an unpack
+        // that applies private layer b: refused all the same, naming b.
+        for hint in [d('p'), d('z'), "b".to_string()] {
+            let m = s.read(|tx| Ok::<_, StoreError>(denied(g.extract_hinted(tx, &subj("b", ""), &base, &target, &[hint.clone()])))).unwrap();
+            assert!(m.contains(&d('b')), "{m}");
+        }
+        // The true label decides without the chain index.
+        g.index.clear();
+        let built = g.index.stats().built_in_decision;
+        s.read(|tx| Ok::<_, StoreError>(denied(g.extract_hinted(tx, &subj("b", ""), &base, &target, &[d('p'), d('b')])))).unwrap();
+        assert_eq!(g.index.stats().built_in_decision, built);
+        // With a grant the same unpack is allowed, and applies b.
+        grant(&s, "b", "", ORIGIN, 1 << 62);
+        let next = s.read(|tx| Ok::<_, StoreError>(g.extract_hinted(tx, &subj("b", ""), &base, &target, &[d('b')]).unwrap())).unwrap();
+        assert_eq!((next.diff_ids, next.unknown_layers), (vec![d('b')], 1));
+        // A true label of a public layer: unknown, as the test of protected layers says.
+        let pt = ledger::chain_id(&d('x'), &d('p'));
+        let next = s.read(|tx| Ok::<_, StoreError>(g.extract_hinted(tx, &subj("c", ""), &base, &pt, &[d('p')]).unwrap())).unwrap();
+        assert_eq!((next.diff_ids.len(), next.unknown_layers), (0, 2));
+    }
+
+    #[test]
     fn a_refusal_names_the_image_as_this_namespace_fetched_it() {
         let (_d, s) = ledger();
         // The same manifest fetched by another tenant from a second repository (listed first).
@@ -677,6 +721,12 @@ mod tests {
     fn unreadable_ledger_denies() {
         struct Broken;
         impl LedgerRead for Broken {
+            fn range_from<V: serde::de::DeserializeOwned>(&self, _c: crate::metastore::Collection, k: &str, _l: usize) -> Result<Vec<(String, V)>, StoreError> {
+                Err(StoreError::Corrupt { key: k.into(), reason: "test".into() })
+            }
+            fn last_key(&self, _c: crate::metastore::Collection) -> Result<Option<String>, StoreError> {
+                Err(StoreError::Corrupt { key: String::new(), reason: "test".into() })
+            }
             fn find_key(&self, _c: crate::metastore::Collection, _p: &mut dyn FnMut(&str) -> bool) -> Result<Option<String>, StoreError> {
                 Err(StoreError::Corrupt { key: String::new(), reason: "test".into() })
             }

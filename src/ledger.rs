@@ -196,17 +196,17 @@ pub fn chain(tx: &impl LedgerRead, chain_id: &str) -> Result<Option<ChainRec>, S
 }
 
 /// The protected (not public) layer d with chainID(parent, d) == target, if any: the chainID
-/// test for an extract whose target chain the ledger never recorded. Walks the protected-layer
-/// keys hashing each, so its cost grows with the number of protected layers.
+/// test for an extract whose target chain the ledger never recorded, by walking the
+/// protected-layer keys and hashing each, so its cost grows with the number of protected
+/// layers. The gate asks [`crate::chainindex`] instead, which answers the same; this is its
+/// reference (and what the index's tables are built from).
 pub fn protected_layer_for_chain(tx: &impl LedgerRead, parent: &str, target: &str) -> Result<Option<String>, StoreError> {
     if parent.is_empty() {
         // A base layer's chainID is its diffID.
-        return Ok(if tx.get_val::<()>(Collection::Protected, target)?.is_some() { Some(target.to_string()) } else { None });
+        return Ok(if is_protected(tx, target)? { Some(target.to_string()) } else { None });
     }
     let Some(want) = sha256_bytes(target) else { return Ok(None) };
-    let mut prefix = Sha256::new();
-    prefix.update(parent.as_bytes());
-    prefix.update(b" ");
+    let prefix = chain_hasher(parent);
     tx.find_key(Collection::Protected, &mut |d| {
         let mut h = prefix.clone();
         h.update(d.as_bytes());
@@ -214,18 +214,65 @@ pub fn protected_layer_for_chain(tx: &impl LedgerRead, parent: &str, target: &st
     })
 }
 
-/// Keeps the protected-layer index in step with a layer's public flag.
+/// A hasher that has taken `parent + " "`: chainID(parent, d) is its clone's digest after `d`.
+pub fn chain_hasher(parent: &str) -> Sha256 {
+    let mut h = Sha256::new();
+    h.update(parent.as_bytes());
+    h.update(b" ");
+    h
+}
+
+/// Whether layer `diff_id` is in the protected-layer index (known and not public).
+pub fn is_protected(tx: &impl LedgerRead, diff_id: &str) -> Result<bool, StoreError> {
+    Ok(tx.get_val::<()>(Collection::Protected, diff_id)?.is_some())
+}
+
+/// The key of sequence number `seq` in the protected-layer log.
+pub fn log_key(seq: u64) -> String {
+    format!("{seq:016x}")
+}
+
+/// The protected-layer log's last sequence number (0 when empty: numbers start at 1).
+pub fn protected_log_last(tx: &impl LedgerRead) -> Result<u64, StoreError> {
+    match tx.last_key(Collection::ProtectedLog)? {
+        None => Ok(0),
+        Some(k) => u64::from_str_radix(&k, 16).map_err(|e| StoreError::Corrupt { key: k.clone(), reason: format!("protected-layer log key: {e}") }),
+    }
+}
+
+/// Up to `limit` layers logged as entering the protected-layer index after sequence number
+/// `after`, with their numbers, oldest first.
+pub fn protected_logged_after(tx: &impl LedgerRead, after: u64, limit: usize) -> Result<Vec<(u64, String)>, StoreError> {
+    let mut out = Vec::new();
+    for (k, d) in tx.range_from::<String>(Collection::ProtectedLog, &log_key(after.saturating_add(1)), limit)? {
+        let seq = u64::from_str_radix(&k, 16).map_err(|e| StoreError::Corrupt { key: k.clone(), reason: format!("protected-layer log key: {e}") })?;
+        out.push((seq, d));
+    }
+    Ok(out)
+}
+
+/// Keeps the protected-layer index in step with a layer's public flag; a layer entering it
+/// is appended to the log that tells a chain index's tables what they lack.
 fn index_protected(tx: &mut WriteTx, diff_id: &str, public: bool) -> Result<(), StoreError> {
     if public {
         tx.delete_val(Collection::Protected, diff_id)?;
         Ok(())
+    } else if is_protected(tx, diff_id)? {
+        Ok(())
     } else {
-        tx.put_val(Collection::Protected, diff_id, &())
+        tx.put_val(Collection::Protected, diff_id, &())?;
+        log_protected(tx, diff_id)
     }
+}
+
+fn log_protected(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
+    let next = protected_log_last(tx)? + 1;
+    tx.put_val(Collection::ProtectedLog, &log_key(next), &diff_id.to_string())
 }
 
 /// One-time upgrades of a ledger written by an earlier version. Runs in the caller's write
 /// transaction; each does nothing once done.
+/// - The protected-layer log (layers in the protected-layer index, in the order they entered).
 /// - The protected-layer index.
 /// - Verified pairings: earlier versions took a layer's blobs from image configs, so every
 ///   fact derived from them is dropped: each layer loses its blobs and its public flag (it is
@@ -234,6 +281,19 @@ fn index_protected(tx: &mut WriteTx, diff_id: &str, public: bool) -> Result<(), 
 ///   layers its origin had served (they are looked up again, against verified pairings only).
 ///   This fails closed: an image verified before the upgrade needs `pullgate verify` again.
 pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
+    // First: the log lists every layer already in the index (none in a ledger older than the
+    // index, which the next step fills, logging each).
+    tx.once("ledger_protected_log", |tx| {
+        let mut all = Vec::new();
+        tx.find_key(Collection::Protected, &mut |d| {
+            all.push(d.to_string());
+            false
+        })?;
+        for d in all {
+            log_protected(tx, &d)?;
+        }
+        Ok(())
+    })?;
     tx.once("ledger_protected_index", |tx| {
         for (d, l) in tx.scan::<LayerRec>(Collection::Layers, "")? {
             index_protected(tx, &d, l.public)?;

@@ -9,6 +9,7 @@
 pub mod api;
 #[doc(hidden)]
 pub mod benchkit;
+pub mod chainindex;
 pub mod cli;
 pub mod config;
 pub mod credential;

@@ -34,6 +34,12 @@ const ADMITTED: TableDefinition<&str, &str> = TableDefinition::new("admitted_pri
 /// by that Commit; a container prepared on the copy is decided as the chain.
 const REMAPS: TableDefinition<&str, &str> = TableDefinition::new("remapped_chains");
 /// Named counters ("next_id", markers of one-time upgrades).
+/// redb's page cache. Its default, 1 GiB, lets a Walk of every snapshot (containerd's GC makes
+/// one) or a large ledger grow the daemon's resident memory with the database up to that; this
+/// bounds it. 128 MiB holds the pages the gate reads at 100,000 blobs, 10,000 manifests and
+/// 1,000 namespaces (`cargo bench --bench gate`): at 32 MiB the decisions' p99 doubled and a
+/// chain index table took eight times as long to build, reading pages back from the file.
+pub const CACHE_BYTES: usize = 128 * 1024 * 1024;
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
 /// The ledger's collections. Values are encoded as [`encode`] says; composite keys join their
@@ -52,13 +58,16 @@ pub enum Collection {
     Grants,
     /// diffID -> () for every layer that is not public: the keys the chainID test walks.
     Protected,
+    /// `<16 hex digits of a sequence number>` -> diffID, appended whenever a layer enters
+    /// `Protected`: which protected layers are newer than a chain index's table.
+    ProtectedLog,
     /// blob digest -> its layer ID (diffID), as pullgate computed it from the blob's bytes
     /// (`diffid::Verified`); never from an image config.
     Pairings,
 }
 
 impl Collection {
-    const ALL: [Collection; 7] = [
+    const ALL: [Collection; 8] = [
         Collection::BlobOrigins,
         Collection::Manifests,
         Collection::Layers,
@@ -66,6 +75,7 @@ impl Collection {
         Collection::Grants,
         Collection::Protected,
         Collection::Pairings,
+        Collection::ProtectedLog,
     ];
     fn def(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
         match self {
@@ -76,6 +86,7 @@ impl Collection {
             Collection::Grants => TableDefinition::new("ledger_grants"),
             Collection::Protected => TableDefinition::new("ledger_protected"),
             Collection::Pairings => TableDefinition::new("ledger_pairings"),
+            Collection::ProtectedLog => TableDefinition::new("ledger_protected_log"),
         }
     }
 }
@@ -152,12 +163,12 @@ pub struct MetaStore {
 
 /// A read transaction. Ledger tables are opened once per transaction and reused: a gate
 /// decision reads several collections many times.
-pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 7]);
+pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 8]);
 pub struct WriteTx(redb::WriteTransaction);
 
 impl MetaStore {
     pub fn open(path: &Path) -> Result<MetaStore, StoreError> {
-        let db = redb::Database::create(path)?;
+        let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(path)?;
         // Create the tables once so that read transactions never meet a missing table.
         let txn = db.begin_write()?;
         txn.open_table(SNAPSHOTS)?;
@@ -267,8 +278,29 @@ fn find_key_in<T: ReadableTable<&'static str, &'static [u8]>>(t: &T, pred: &mut 
     Ok(None)
 }
 
+fn range_from_in<V: serde::de::DeserializeOwned, T: ReadableTable<&'static str, &'static [u8]>>(
+    t: &T,
+    start: &str,
+    limit: usize,
+) -> Result<Vec<(String, V)>, StoreError> {
+    let mut out = Vec::new();
+    for item in t.range(start..)?.take(limit) {
+        let (k, v) = item?;
+        out.push((k.value().to_string(), decode(k.value(), v.value())?));
+    }
+    Ok(out)
+}
+
+fn last_key_in<T: ReadableTable<&'static str, &'static [u8]>>(t: &T) -> Result<Option<String>, StoreError> {
+    Ok(t.last()?.map(|(k, _)| k.value().to_string()))
+}
+
 /// Reads of ledger collections, in a read or a write transaction.
 pub trait LedgerRead {
+    /// Up to `limit` entries whose keys sort at or after `start`, in key order.
+    fn range_from<V: serde::de::DeserializeOwned>(&self, c: Collection, start: &str, limit: usize) -> Result<Vec<(String, V)>, StoreError>;
+    /// The collection's last key, in key order.
+    fn last_key(&self, c: Collection) -> Result<Option<String>, StoreError>;
     /// The first key of the collection, in key order, for which `pred` holds; values unread.
     fn find_key(&self, c: Collection, pred: &mut dyn FnMut(&str) -> bool) -> Result<Option<String>, StoreError>;
     fn get_val<V: serde::de::DeserializeOwned>(&self, c: Collection, k: &str) -> Result<Option<V>, StoreError>;
@@ -288,6 +320,12 @@ impl ReadTx {
 }
 
 impl LedgerRead for ReadTx {
+    fn range_from<V: serde::de::DeserializeOwned>(&self, c: Collection, start: &str, limit: usize) -> Result<Vec<(String, V)>, StoreError> {
+        range_from_in(self.table(c)?, start, limit)
+    }
+    fn last_key(&self, c: Collection) -> Result<Option<String>, StoreError> {
+        last_key_in(self.table(c)?)
+    }
     fn find_key(&self, c: Collection, pred: &mut dyn FnMut(&str) -> bool) -> Result<Option<String>, StoreError> {
         find_key_in(self.table(c)?, pred)
     }
@@ -300,6 +338,12 @@ impl LedgerRead for ReadTx {
 }
 
 impl LedgerRead for WriteTx {
+    fn range_from<V: serde::de::DeserializeOwned>(&self, c: Collection, start: &str, limit: usize) -> Result<Vec<(String, V)>, StoreError> {
+        range_from_in(&self.0.open_table(c.def())?, start, limit)
+    }
+    fn last_key(&self, c: Collection) -> Result<Option<String>, StoreError> {
+        last_key_in(&self.0.open_table(c.def())?)
+    }
     fn find_key(&self, c: Collection, pred: &mut dyn FnMut(&str) -> bool) -> Result<Option<String>, StoreError> {
         find_key_in(&self.0.open_table(c.def())?, pred)
     }
@@ -337,6 +381,34 @@ impl ReadTx {
     }
     pub fn all(&self) -> Result<Vec<(String, Record)>, StoreError> {
         scan_in(&self.0.open_table(SNAPSHOTS)?, "")
+    }
+
+    /// Calls `f` on the snapshots whose keys start with `prefix` and sort after `after` (all of
+    /// them when None), in key order, one record in memory at a time, until `f` says Break.
+    pub fn each_snapshot(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        f: &mut dyn FnMut(&str, Record) -> Result<std::ops::ControlFlow<()>, StoreError>,
+    ) -> Result<(), StoreError> {
+        use std::ops::Bound;
+        let t = self.0.open_table(SNAPSHOTS)?;
+        let start: Bound<&str> = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a),
+            _ => Bound::Included(prefix),
+        };
+        let range: (Bound<&str>, Bound<&str>) = (start, Bound::Unbounded);
+        for item in t.range::<&str>(range)? {
+            let (k, v) = item?;
+            let k = k.value();
+            if !k.starts_with(prefix) {
+                break;
+            }
+            if f(k, decode(k, v.value())?)?.is_break() {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// The chain committed snapshot `key` is containerd's user-namespace copy of, if it is one.

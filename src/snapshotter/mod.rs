@@ -28,6 +28,12 @@ pub const MAX_LABELS_TOTAL: usize = 64 * 1024;
 pub const MAX_KEY_SIZE: usize = 4096;
 /// The label through which a client names the principal (pod) inside a namespace.
 pub const PRINCIPAL_LABEL: &str = "containerd.io/snapshot/pullgate.principal";
+/// The label containerd's unpacker (2.4 and later) sets to the diffID of the layer an extract
+/// applies: a claim (see `Snapshotter::layer_hints`).
+pub const DIFF_ID_LABEL: &str = "containerd.io/snapshot/diff-id";
+/// The label CRI's pull (with snapshot annotations on) sets to the blob of the layer an extract
+/// applies: a claim.
+pub const LAYER_DIGEST_LABEL: &str = "containerd.io/snapshot/cri.layer-digest";
 /// The label containerd's unpacker sets to the target chainID of an extract.
 pub const SNAPSHOT_REF_LABEL: &str = crate::metastore::SNAPSHOT_REF_LABEL;
 
@@ -76,7 +82,7 @@ impl crate::metrics::GaugeSource for Snapshotter {
     fn read_gauges(&self) -> std::result::Result<crate::metrics::DatabaseGauges, String> {
         let read = self.store.read(|tx| -> std::result::Result<_, StoreError> {
             let mut g = crate::metrics::DatabaseGauges { grants: crate::ledger::grants(tx, None)?.len() as i64, ..Default::default() };
-            for (_, r) in tx.all()? {
+            tx.each_snapshot("", None, &mut |_, r| {
                 match r.kind {
                     Kind::Active => g.active += 1,
                     Kind::View => g.view += 1,
@@ -85,7 +91,8 @@ impl crate::metrics::GaugeSource for Snapshotter {
                         g.committed_bytes += r.size.max(0);
                     }
                 }
-            }
+                Ok(std::ops::ControlFlow::Continue(()))
+            })?;
             Ok(g)
         });
         read.map_err(|e| e.to_string())
@@ -121,7 +128,8 @@ impl filter::Adaptor for Info {
 }
 
 pub struct Snapshotter {
-    store: MetaStore,
+    /// Shared with the chain index's worker, which reads the ledger ahead of decisions.
+    store: std::sync::Arc<MetaStore>,
     layout: Layout,
     gate: std::sync::Arc<Gate>,
     /// Cleanup takes it exclusively so that no staged directory is mistaken for garbage.
@@ -341,6 +349,18 @@ pub fn validate_labels(labels: &Labels) -> Result<()> {
     Ok(())
 }
 
+/// Snapshots a Walk hands over at once, at most.
+pub const WALK_BATCH: usize = 100;
+/// Label bytes after which a Walk hands a batch over (one record's labels are at most
+/// [`MAX_LABELS_TOTAL`]).
+pub const WALK_BATCH_BYTES: usize = 1024 * 1024;
+/// Records a Walk reads in one read transaction, at most (a filter may match few of them).
+const WALK_SCAN: usize = 1000;
+
+fn info_of_owned(name: &str, r: Record) -> Info {
+    Info { name: name.to_string(), parent: r.parent, kind: r.kind, labels: r.labels, created: to_time(r.created), updated: to_time(r.updated) }
+}
+
 fn info_of(name: &str, r: &Record) -> Info {
     Info {
         name: name.to_string(),
@@ -359,7 +379,7 @@ impl Snapshotter {
         std::fs::create_dir_all(root)
             .map_err(|source| SnapshotterError::Io { context: format!("create {}", root.display()), source })?;
         let layout = Layout::new(root, driver)?;
-        let store = MetaStore::open(&root.join("metadata.redb"))?;
+        let store = std::sync::Arc::new(MetaStore::open(&root.join("metadata.redb"))?);
         store.write(crate::ledger::upgrade)?;
         let s = Snapshotter {
             store,
@@ -384,6 +404,12 @@ impl Snapshotter {
 
     /// The metastore, shared with the ledger's writers (pull, verify, revoke).
     pub fn store(&self) -> &MetaStore {
+        &self.store
+    }
+
+    /// The metastore, as the chain index's worker holds it.
+    #[doc(hidden)]
+    pub fn store_arc(&self) -> &std::sync::Arc<MetaStore> {
         &self.store
     }
 
@@ -502,9 +528,21 @@ impl Snapshotter {
     fn chain_snapshots(tx: &crate::metastore::ReadTx, namespace: &str, chain: &str) -> Result<Vec<(String, Record)>> {
         let mut candidates = tx.with_ref(chain)?;
         if !candidates.iter().any(|(k, _)| namespace_of_key(k) == Some(namespace)) {
-            candidates.extend(tx.all()?.into_iter().filter(|(k, _)| namespace_of_key(k) == Some(namespace)));
+            candidates.extend(Self::namespace_chain_snapshots(tx, namespace, chain)?);
         }
         Ok(candidates.into_iter().filter(|(k, r)| r.kind == Kind::Committed && name_of_key(k) == chain && namespace_of_key(k) == Some(namespace)).collect())
+    }
+
+    /// The committed snapshots of `namespace` named `chain`, read from the namespace's keys only.
+    fn namespace_chain_snapshots(tx: &crate::metastore::ReadTx, namespace: &str, chain: &str) -> Result<Vec<(String, Record)>> {
+        let mut out = Vec::new();
+        tx.each_snapshot(&format!("{namespace}/"), None, &mut |k, r| {
+            if r.kind == Kind::Committed && namespace_of_key(k) == Some(namespace) && name_of_key(k) == chain {
+                out.push((k.to_string(), r));
+            }
+            Ok(std::ops::ControlFlow::Continue(()))
+        })?;
+        Ok(out)
     }
 
     /// The CRI front's decision for a container, in `namespace` by `principal`, of an image whose
@@ -520,7 +558,7 @@ impl Snapshotter {
             let mut candidates = tx.with_ref(&top)?;
             if candidates.is_empty() {
                 // A snapshot of the namespace without the label (committed by some client).
-                candidates.extend(tx.all()?.into_iter().filter(|(k, _)| namespace_of_key(k) == Some(namespace)));
+                candidates.extend(Self::namespace_chain_snapshots(tx, namespace, &top)?);
             }
             for (k, r) in candidates {
                 let mine = namespace_of_key(&k) == Some(namespace);
@@ -603,6 +641,7 @@ impl Snapshotter {
         // revoked between this decision and the insert below orders the Prepare before the
         // revoke, as if it had arrived a moment earlier.
         let subject = Subject { namespace: &namespace, principal: &principal };
+        let mut unrecorded = false;
         let (parent_id, chain) = self.store.read(|tx| -> Result<_> {
             let (parent_id, parent_chain) = match parent {
                 "" => (None, ChainInfo::default()),
@@ -616,7 +655,9 @@ impl Snapshotter {
             };
             let chain = match &target {
                 Some(t) => {
-                    let next = self.gate.extract(tx, &subject, &parent_chain, t)?;
+                    let hints = Self::layer_hints(tx, &labels)?;
+                    let next = self.gate.extract_hinted(tx, &subject, &parent_chain, t, &hints)?;
+                    unrecorded = crate::ledger::chain(tx, t)?.is_none();
                     // An authorised unpack of a chain that pullgate's own pull unpacked (in any
                     // namespace): containerd adopts it. Only then does containerd look for the
                     // snapshot, so a snapshot a client made is never offered.
@@ -678,7 +719,27 @@ impl Snapshotter {
                 None => self.layout.discard(staged),
             }
         }
+        if let (Ok(_), Some(t), true) = (&result, &target, unrecorded) {
+            // An unpack of a chain the ledger does not record: its next step will be on this
+            // chain, so the chain index builds its table while containerd applies this layer.
+            self.gate.index.prefetch(&self.store, t);
+        }
         result
+    }
+
+    /// Layers an unpack step's labels say it applies, as diffIDs: containerd 2.4's unpacker
+    /// labels the layer's diffID; CRI (with snapshot annotations on) labels its blob, which
+    /// counts only through the layer ID pullgate computed for that blob. Claims all: the gate
+    /// uses one only where the chain arithmetic confirms it.
+    fn layer_hints(tx: &crate::metastore::ReadTx, labels: &Labels) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        if let Some(d) = labels.get(DIFF_ID_LABEL).filter(|d| crate::reference::is_digest(d)) {
+            out.push(d.clone());
+        }
+        if let Some(b) = labels.get(LAYER_DIGEST_LABEL).filter(|b| crate::reference::is_digest(b)) {
+            out.extend(crate::ledger::pairing(tx, b)?);
+        }
+        Ok(out)
     }
 
     /// What the gate may take as the chain of committed snapshot `key`: the chain recorded when
@@ -877,19 +938,35 @@ impl Snapshotter {
         })
     }
 
-    /// Every snapshot matching any of `filters` (all when empty).
+    /// Every snapshot matching any of `filters` (all when empty), collected; see
+    /// [`Snapshotter::walk_batches`], which List streams from.
     pub fn walk(&self, filters: &[String]) -> Result<Vec<Info>> {
+        let mut out = Vec::new();
+        self.walk_batches(filters, &mut |b| {
+            out.extend(b);
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// Hands every snapshot matching any of `filters` (all when empty) to `sink`, in key order,
+    /// a batch at a time (at most [`WALK_BATCH`] snapshots or about [`WALK_BATCH_BYTES`] of
+    /// labels), each batch read in its own read transaction from where the last one stopped, so
+    /// that a Walk of every snapshot (containerd's GC makes one) holds one batch, not every
+    /// record. `sink` returns false to stop. A snapshot created or removed during the walk is
+    /// seen or not, as with any snapshotter whose Walk runs beside writes.
+    pub fn walk_batches(&self, filters: &[String], sink: &mut dyn FnMut(Vec<Info>) -> bool) -> Result<()> {
         let filters = filter::parse_all(filters)?;
         // containerd's unpacker asks by snapshot.ref label: when every filter names one, read
         // only the snapshots carrying those values.
         let is_ref = |p: &[String]| p.first().is_some_and(|f| f == "labels") && p[1..].join(".") == SNAPSHOT_REF_LABEL;
         let by_ref: Option<Vec<&str>> =
             (!filters.is_empty()).then(|| filters.iter().map(|f| f.required_eq(is_ref)).collect::<Option<Vec<_>>>()).flatten();
-        // A walk by `containerd.io/snapshot.ref` is containerd's adoption lookup (its own
-        // listings Stat each key instead), which takes the first committed match from any
-        // namespace: it sees pullgate's own chains only, never a snapshot a client labelled.
-        let all = self.store.read(|tx| match &by_ref {
-            Some(targets) => {
+        if let Some(targets) = by_ref {
+            // A walk by `containerd.io/snapshot.ref` is containerd's adoption lookup (its own
+            // listings Stat each key instead), which takes the first committed match from any
+            // namespace: it sees pullgate's own chains only, never a snapshot a client labelled.
+            let own = self.store.read(|tx| -> Result<Vec<(String, Record)>> {
                 let mut own = Vec::new();
                 for t in targets.iter().collect::<std::collections::BTreeSet<_>>() {
                     for (k, r) in tx.with_ref(t)? {
@@ -899,14 +976,42 @@ impl Snapshotter {
                     }
                 }
                 Ok(own)
+            })?;
+            let infos: Vec<Info> = own.into_iter().map(|(k, r)| info_of_owned(&k, r)).filter(|i| filter::matches_any(&filters, i)).collect();
+            for b in infos.chunks(WALK_BATCH) {
+                if !sink(b.to_vec()) {
+                    break;
+                }
             }
-            None => tx.all(),
-        })?;
-        Ok(all
-            .iter()
-            .map(|(k, r)| info_of(k, r))
-            .filter(|i| filter::matches_any(&filters, i))
-            .collect())
+            return Ok(());
+        }
+        let mut cursor: Option<String> = None;
+        loop {
+            let (mut batch, mut bytes, mut examined, mut more) = (Vec::new(), 0usize, 0usize, false);
+            let after = cursor.take();
+            self.store.read(|tx| {
+                tx.each_snapshot("", after.as_deref(), &mut |k, r| {
+                    examined += 1;
+                    let i = info_of_owned(k, r);
+                    if filter::matches_any(&filters, &i) {
+                        bytes += i.labels.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+                        batch.push(i);
+                    }
+                    if batch.len() >= WALK_BATCH || bytes >= WALK_BATCH_BYTES || examined >= WALK_SCAN {
+                        cursor = Some(k.to_string());
+                        more = true;
+                        return Ok(std::ops::ControlFlow::Break(()));
+                    }
+                    Ok(std::ops::ControlFlow::Continue(()))
+                })
+            })?;
+            if !batch.is_empty() && !sink(batch) {
+                return Ok(());
+            }
+            if !more {
+                return Ok(());
+            }
+        }
     }
 
     /// (bytes, inodes): measured now for an active snapshot, as recorded at commit otherwise.
@@ -921,7 +1026,14 @@ impl Snapshotter {
     /// Removes every directory that no snapshot references; returns how many.
     pub fn cleanup(&self) -> Result<usize> {
         let _g = self.cleanup_lock.write().unwrap_or_else(|p| p.into_inner());
-        let ids: HashSet<u64> = self.store.read(|tx| tx.all())?.into_iter().map(|(_, r)| r.id).collect();
+        // The ids only (8 bytes a snapshot), read one record at a time.
+        let mut ids: HashSet<u64> = HashSet::new();
+        self.store.read(|tx| {
+            tx.each_snapshot("", None, &mut |_, r| {
+                ids.insert(r.id);
+                Ok(std::ops::ControlFlow::Continue(()))
+            })
+        })?;
         self.layout.remove_orphans(&ids)
     }
 }
@@ -1275,6 +1387,91 @@ mod tests {
             .unwrap();
         let e = s.mounts("n/1/base").unwrap_err();
         assert!(matches!(e, SnapshotterError::Gate(_)), "{e}");
+    }
+
+    #[test]
+    fn unpacks_of_unrecorded_chains_are_decided_by_arithmetic_not_labels() {
+        let (_d, s) = snap();
+        // Private layer b (blob 1) of another tenant's image; public layer c (blob 2).
+        s.store
+            .write(|tx| -> std::result::Result<(), ledger::LedgerError> {
+                for (blob, layer, m, who) in [('1', 'b', '3', "hmac-sha256:a"), ('2', 'c', '4', crate::credential::ANONYMOUS)] {
+                    ledger::record_pairing(tx, &crate::diffid::Verified::for_test(&dg(blob), &dg(layer)))?;
+                    ledger::record_blob(tx, &dg(blob), "reg:5000/x", who, 1)?;
+                    let rec = ledger::ManifestRec { layers: vec![dg(blob)], diff_ids: vec![dg(layer)], ..Default::default() };
+                    ledger::record_manifest(tx, &dg(m), &rec)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        // An unknown base x, committed under its chainID (a client's own unpack).
+        let x = dg('e');
+        s.prepare(&format!("B/1/extract-0 {x}"), "", Labels::new(), None).unwrap();
+        s.commit(&format!("B/2/{x}"), &format!("B/1/extract-0 {x}"), Labels::new()).unwrap();
+        // Its unpack was allowed and its chain is not recorded: x's table is built ahead.
+        s.gate.index.settle();
+        assert_eq!(s.gate.index.stats().built_ahead, 1);
+        // Private b on x, with containerd 2.4's diff-id label and CRI's blob label lying (they
+        // name the public layer): refused, by the table built ahead.
+        let t = ledger::chain_id(&x, &dg('b'));
+        let lies = Labels::from([(DIFF_ID_LABEL.to_string(), dg('c')), (LAYER_DIGEST_LABEL.to_string(), dg('2')), (SNAPSHOT_REF_LABEL.to_string(), t.clone())]);
+        let e = s.prepare(&format!("B/3/extract-1 {t}"), &format!("B/2/{x}"), lies, None).unwrap_err();
+        assert!(matches!(&e, SnapshotterError::Gate(_)) && e.to_string().contains(&dg('b')), "{e}");
+        assert_eq!((s.gate.index.stats().hits, s.gate.index.stats().built_in_decision), (1, 0));
+        // The labels telling the truth refuse it too, without the table.
+        let truth = Labels::from([(DIFF_ID_LABEL.to_string(), dg('b')), (LAYER_DIGEST_LABEL.to_string(), dg('1'))]);
+        assert!(matches!(s.prepare(&format!("B/4/extract-2 {t}"), &format!("B/2/{x}"), truth, None), Err(SnapshotterError::Gate(_))));
+        assert_eq!(s.gate.index.stats().hits, 1);
+        // An unknown layer f on x is allowed (the default policy), with or without labels.
+        let u = ledger::chain_id(&x, &dg('f'));
+        s.prepare(&format!("B/5/extract-3 {u}"), &format!("B/2/{x}"), Labels::from([(DIFF_ID_LABEL.to_string(), dg('f'))]), None).unwrap();
+    }
+
+    #[test]
+    fn walks_come_in_batches_in_key_order_with_every_match() {
+        let (_d, s) = snap();
+        let big = "v".repeat(3000);
+        for i in 0..1234 {
+            let mut l = Labels::from([("n".to_string(), (i % 7).to_string())]);
+            if i % 100 == 0 {
+                // Large labels: a batch ends on bytes before it reaches WALK_BATCH.
+                for j in 0..20 {
+                    l.insert(format!("big.{j}"), big.clone());
+                }
+            }
+            s.prepare(&format!("ns/{i}/k{i:05}"), "", l, None).unwrap();
+        }
+        let mut keys: Vec<String> = (0..1234).map(|i| format!("ns/{i}/k{i:05}")).collect();
+        keys.sort();
+        for (filters, want) in [
+            (vec![], keys.clone()),
+            (vec!["labels.n==3".to_string()], keys.iter().filter(|k| k[k.len() - 5..].parse::<usize>().unwrap() % 7 == 3).cloned().collect()),
+            (vec!["labels.n==3".to_string(), "name~=k0000".to_string()], keys.iter().filter(|k| { let i = k[k.len() - 5..].parse::<usize>().unwrap(); i % 7 == 3 || i < 10 }).cloned().collect()),
+            (vec!["kind==committed".to_string()], vec![]),
+        ] {
+            let mut got = Vec::new();
+            let mut sizes = Vec::new();
+            s.walk_batches(&filters, &mut |b| {
+                let bytes: usize = b.iter().flat_map(|i| i.labels.iter()).map(|(k, v)| k.len() + v.len()).sum();
+                sizes.push((b.len(), bytes));
+                got.extend(b.into_iter().map(|i| i.name));
+                true
+            })
+            .unwrap();
+            assert_eq!(got, want, "{filters:?}");
+            assert!(sizes.iter().all(|&(n, bytes)| n > 0 && n <= WALK_BATCH && bytes < WALK_BATCH_BYTES + MAX_LABELS_TOTAL), "{sizes:?}");
+            assert_eq!(s.walk(&filters).unwrap().into_iter().map(|i| i.name).collect::<Vec<_>>(), want);
+        }
+        // A sink that stops is asked for nothing more.
+        let mut calls = 0;
+        s.walk_batches(&[], &mut |_| {
+            calls += 1;
+            false
+        })
+        .unwrap();
+        assert_eq!(calls, 1);
+        // A malformed filter is refused.
+        assert!(matches!(s.walk_batches(&["==".into()], &mut |_| true), Err(SnapshotterError::Filter(_))));
     }
 
     #[test]

@@ -13,6 +13,8 @@ use tonic::{Code, Request, Response, Status};
 const NAMESPACE_HEADER: &str = "containerd-namespace";
 /// Infos per List response message.
 const LIST_BATCH: usize = 100;
+/// List response messages waiting for containerd to read them, at most.
+const LIST_QUEUE: usize = 2;
 
 impl From<SnapshotterError> for Status {
     fn from(e: SnapshotterError) -> Status {
@@ -118,13 +120,32 @@ impl Snapshots for Service {
     type ListStream = ListStream;
 
     async fn list(&self, req: Request<pb::ListSnapshotsRequest>) -> Result<Response<Self::ListStream>, Status> {
-        let r = req.into_inner();
-        let infos = self.run("list", move |s| s.walk(&r.filters)).await?;
-        let batches: Vec<Result<pb::ListSnapshotsResponse, Status>> = infos
-            .chunks(LIST_BATCH)
-            .map(|c| Ok(pb::ListSnapshotsResponse { info: c.iter().cloned().map(convert::info).collect() }))
-            .collect();
-        Ok(Response::new(Box::pin(tokio_stream::iter(batches))))
+        let filters = req.into_inner().filters;
+        // A malformed filter is refused before anything is streamed.
+        super::filter::parse_all(&filters).map_err(SnapshotterError::from)?;
+        // The walk runs on the blocking pool and hands its batches over a channel of two: a
+        // Walk of every snapshot (containerd's GC) holds a few batches, not every record, and
+        // waits while containerd reads.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::ListSnapshotsResponse, Status>>(LIST_QUEUE);
+        let snap = self.snap.clone();
+        tokio::task::spawn_blocking(move || {
+            let out = snap.walk_batches(&filters, &mut |infos| {
+                for c in infos.chunks(LIST_BATCH) {
+                    let msg = pb::ListSnapshotsResponse { info: c.iter().cloned().map(convert::info).collect() };
+                    if tx.blocking_send(Ok(msg)).is_err() {
+                        return false;
+                    }
+                }
+                true
+            });
+            crate::metrics::record_snapshot_call("list", super::gated(&out));
+            if let Err(e) = out {
+                tracing::debug!(op = "list", error = %e, "request refused");
+                let _ = tx.blocking_send(Err(e.into()));
+            }
+        });
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn usage(&self, req: Request<pb::UsageRequest>) -> Result<Response<pb::UsageResponse>, Status> {
