@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs everything pullgate's tests, demo and benchmarks need on a fresh Debian 12 machine:
 # apt packages (containerd 1.6, runc, registry, htpasswd, skopeo, busybox, protoc, Go and
-# containerd's Go sources for the conformance suite), containerd 1.7 (trixie) and 2.1 (sid)
-# unpacked under $PULLGATE_DEPS, and a release build of pullgate. Idempotent.
+# containerd's Go sources for the conformance suite, etcd), containerd 1.7 (trixie) and 2.1 (sid)
+# unpacked under $PULLGATE_DEPS, the Go tools built from their modules (runc 1.2, nerdctl,
+# crictl, critest, containerd 2.4, kubelet and kube-apiserver), and a release build of
+# pullgate. Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
