@@ -196,8 +196,10 @@ check_out "pullgate grants -n k8s.io lists team-a's grant" "team-a" pg grants -n
 check_out "and team-b's" "team-b" pg grants -n k8s.io
 users=$(tail -n +"$((TOKMARK + 1))" "$WORK/registry-t/token.log" | grep -oE 'user=[^ ]+' | sort -u | tr '\n' ' ')
 check "the pulls presented the node's credential to the token service, and no other ($users)" test "$users" = "user=node "
-check "kubelet's own KEP-2535 was on: it recorded its pulls under its root (image_manager/pulled: $(ls "$WORK/kubelet1/image_manager/pulled" 2>/dev/null | wc -l) record(s))" \
-  test -n "$(ls "$WORK/kubelet1/image_manager/pulled" 2>/dev/null)"
+# kubelet's own KEP-2535 (on) recorded the pulls, made with the node's credential, as usable by
+# every pod of the node (ImagePulledRecord: credentialMapping[image].nodePodsAccessible).
+node_wide() { cat "$WORK"/kubelet1/image_manager/pulled/* 2>/dev/null | jq -e -s --arg i "${PRIV%:*}" 'any(.[]; .credentialMapping[$i].nodePodsAccessible == true)' >/dev/null; }
+check "kubelet's own KEP-2535 was on and recorded the image as pulled with the node's credential, usable by every pod of the node (nodePodsAccessible)" node_wide
 
 log "1b. team-c (IfNotPresent): kubelet lets it use the present image, pullgate refuses it"
 static_pod team-c app-c "$PRIV" IfNotPresent
@@ -329,5 +331,7 @@ wait_for 60 no_pods_running && pass "kubelet stopped every pod once deleted" || 
 api_pods_gone() { [ "$(kapi GET /api/v1/pods | jq '.items | length')" = 0 ]; }
 wait_for 30 api_pods_gone && pass "and the API server has none left" || fail "pods left in the API: $(kapi GET /api/v1/pods | jq -r '.items[].metadata.name')"
 stop_kubelet
+check "no password of the node's credential or of the pull secrets is in pullgate's, containerd's or kubelet's log" \
+  not grep -rqF -e "$PW_NODE" -e "$PW_ALICE" -e "$PW_CAROL" "$PG/log" "$WORK/containerd/log" "$WORK/kubelet1/log" "$WORK/kubelet2/log"
 
 summary "e2e kubelet (containerd $V)"
