@@ -143,7 +143,8 @@ build_containerd() {
 # modules (k8s.io/api, client-go, kubelet, cri-api, ...) with ./staging/src/..., which its module
 # zip does not carry: so it is built as a dependency of a small wrapper module whose go.mod
 # replaces each of them (every k8s.io/* module kubernetes' go.mod replaces) with its published
-# version of the same release (v0.X.Y for v1.X.Y). Static (CGO off), as upstream releases them.
+# version of the same release (v0.X.Y for v1.X.Y). Static (CGO off) and stripped, as upstream
+# releases them.
 K8S_VERSION=v1.37.2
 build_kubernetes() {
   local out=$DEPS/kubernetes-$K8S_VERSION d gomod minor=${K8S_VERSION#v1.}
@@ -160,7 +161,7 @@ build_kubernetes() {
     printf ')\n'
   } > "$d/go.mod"
   grep -q 'k8s.io/cri-api => k8s.io/cri-api v0' "$d/go.mod" || { echo "setup: no staging replace lines found in $gomod" >&2; return 1; }
-  local v ld=""
+  local v ld="-s -w"
   for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
   done
