@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs everything pullgate's tests, demo and benchmarks need on a fresh Debian 12 machine:
 # apt packages (containerd 1.6, runc, registry, htpasswd, skopeo, busybox, protoc, Go and
-# containerd's Go sources for the conformance suite), containerd 1.7 (trixie) and 2.1 (sid)
-# unpacked under $PULLGATE_DEPS, and a release build of pullgate. Idempotent.
+# containerd's Go sources for the conformance suite, etcd), containerd 1.7 (trixie) and 2.1 (sid)
+# unpacked under $PULLGATE_DEPS, the Go tools built from their modules (runc 1.2, nerdctl,
+# crictl, critest, containerd 2.4, kubelet and kube-apiserver), and a release build of
+# pullgate. Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
 APT_OPTS=(-o DPkg::Lock::Timeout=600)
 PKGS=(containerd runc docker-registry apache2-utils skopeo busybox-static protobuf-compiler
       golang-go golang-github-containerd-containerd-dev jq curl python3 bc python3-jwt python3-cryptography openssl
-      containernetworking-plugins iptables)
+      containernetworking-plugins iptables etcd-server)
 
 if [ "$(id -u)" != 0 ]; then echo "setup.sh: must run as root (containerd and mounts need it)" >&2; exit 1; fi
 
@@ -20,8 +22,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get "${APT_OPTS[@]}" update -q
   DEBIAN_FRONTEND=noninteractive apt-get "${APT_OPTS[@]}" install -y -q "${missing[@]}"
 fi
-# Debian starts its own containerd service; the tests run their own instances.
-if systemctl is-active --quiet containerd 2>/dev/null; then systemctl stop containerd || true; fi
+# Debian starts its own containerd (and etcd) service; the tests run their own instances.
+for s in containerd etcd; do
+  if systemctl is-active --quiet "$s" 2>/dev/null; then systemctl stop "$s" || true; fi
+done
 
 # The Debian mirror this machine's apt already uses (the first `URIs:` of a deb822 .sources
 # file, else the first `deb` line of sources.list), so the extra suites come from the same place.
@@ -133,6 +137,41 @@ build_containerd() {
   "$DEPS/containerd-2.4/usr/bin/containerd" --version
 }
 [ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_containerd
+
+# kubelet and kube-apiserver (tests/e2e_kubelet.sh) from k8s.io/kubernetes, a release with
+# KEP-2535 (KubeletEnsureSecretPulledImages) in beta. kubernetes' go.mod replaces its staging
+# modules (k8s.io/api, client-go, kubelet, cri-api, ...) with ./staging/src/..., which its module
+# zip does not carry: so it is built as a dependency of a small wrapper module whose go.mod
+# replaces each of them (every k8s.io/* module kubernetes' go.mod replaces) with its published
+# version of the same release (v0.X.Y for v1.X.Y). Static (CGO off) and stripped, as upstream
+# releases them.
+K8S_VERSION=v1.37.2
+build_kubernetes() {
+  local out=$DEPS/kubernetes-$K8S_VERSION d gomod minor=${K8S_VERSION#v1.}
+  minor=${minor%%.*}
+  [ -x "$out/kubelet" ] && [ -x "$out/kube-apiserver" ] && return 0
+  echo "setup: building kubelet and kube-apiserver $K8S_VERSION"
+  gomod=$("$GO" mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("GoMod") or sys.exit(d.get("Error")))')
+  d=$DEPS/src/kubernetes-wrapper-$K8S_VERSION
+  rm -rf "$d"; mkdir -p "$d"
+  {
+    printf 'module pullgate.test/kubernetes-tools\n\ngo %s\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' \
+      "$(awk '$1 == "go" {print $2; exit}' "$gomod")" "$K8S_VERSION"
+    sed -n "s#^[[:space:]]*\(k8s.io/[A-Za-z0-9._-]*\) => \./staging/src/.*#\t\1 => \1 v0.${K8S_VERSION#v1.}#p" "$gomod"
+    printf ')\n'
+  } > "$d/go.mod"
+  grep -q 'k8s.io/cri-api => k8s.io/cri-api v0' "$d/go.mod" || { echo "setup: no staging replace lines found in $gomod" >&2; return 1; }
+  local v ld="-s -w"
+  for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+  done
+  mkdir -p "$out.tmp"
+  (cd "$d" && CGO_ENABLED=0 GOFLAGS=-mod=mod "$GO" build -trimpath -ldflags "$ld" -o "$out.tmp/" \
+      k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver) && rm -rf "$out" && mv "$out.tmp" "$out"
+  rm -rf "$d"
+  "$out/kubelet" --version && "$out/kube-apiserver" --version
+}
+[ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_kubernetes
 
 # Rust build (release: the daemon under test is the one an operator would run), and the CRI
 # test client (examples/cri.rs; kubelet's part in the Kubernetes tests).
