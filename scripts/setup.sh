@@ -181,7 +181,7 @@ build_containerd_client_tests() { # containerd bin dir
   rm -rf "$d" "$out"; mv "$out.tmp" "$out"
 }
 if [ -z "${PULLGATE_SKIP_GO_TOOLS:-}" ]; then
-  for v in 1.7 2.1 2.4; do build_containerd_client_tests "$DEPS/containerd-$v/usr/bin"; done
+  for v in 1.7 2.1; do build_containerd_client_tests "$DEPS/containerd-$v/usr/bin"; done
 fi
 
 # Rust build (release: the daemon under test is the one an operator would run), and the CRI

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pullgate's whole test suite, from a fresh Debian 12 machine (run as root):
 #   1. install everything (scripts/setup.sh: apt packages, containerd 1.7 and 2.1, nerdctl,
-#      crictl and critest from their Go modules, release build)
+#      crictl and critest from their Go modules, containerd's integration tests, release build)
 #   2. unit tests (cargo test)
 #   3. containerd's snapshotter conformance suite against the daemon, through the proxy client
 #      and through containerd's metadata layer, for the overlay and the copying driver, plus
@@ -15,8 +15,10 @@
 #      driven as kubelet drives it by the test CRI client in examples/cri.rs), and `pullgate
 #      doctor` against sound and wrongly configured containerds; under 1.7 and 2.1 also real
 #      clients built from their Go modules: nerdctl with pullgate as its snapshotter, crictl
-#      through the CRI front and directly, and critest (the CRI validation suite) run directly
-#      and through the front, the two pass sets compared
+#      through the CRI front and directly, critest (the CRI validation suite) run directly
+#      and through the front, and containerd's own integration tests (integration/client, built
+#      from the source of that containerd's exact version) with overlayfs and with pullgate as
+#      their snapshotter; each time the two pass sets compared
 #   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
 #      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
 set -euo pipefail
@@ -80,9 +82,11 @@ for v in 1.6 1.7 2.1 2.4; do
     bash tests/e2e_clients.sh "$v" || failed+=("e2e nerdctl containerd $v")
     step "real clients: crictl through the CRI front and directly under containerd $v"
     bash tests/e2e_crictl.sh "$v" || failed+=("e2e crictl containerd $v")
-    if [ "$v" != 2.4 ]; then   # (time: critest runs under 1.7 and 2.1)
+    if [ "$v" != 2.4 ]; then   # (time: critest and containerd's integration tests run under 1.7 and 2.1)
       step "critest (the CRI validation suite) directly and through the CRI front under containerd $v"
       bash tests/e2e_critest.sh "$v" || failed+=("critest containerd $v")
+      step "containerd's own integration tests (integration/client of containerd $v's module) with overlayfs and with pullgate"
+      bash tests/e2e_containerd_suite.sh "$v" || failed+=("containerd integration tests containerd $v")
     fi
   fi
 done

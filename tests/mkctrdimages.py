@@ -11,7 +11,9 @@ name is the test's, served by the local registry through the suite's CONNECT pro
 Every image is an OCI index with several platforms (the tests pull some or all platforms of an
 index and count the manifests). linux/amd64 is a real image: busybox with every applet, the
 /etc/passwd and /etc/group of the busybox image the tests expect (users and groups such as
-www-data, operator, nobody), /tmp, and a second layer; the other platforms' manifests have a
+www-data, operator, nobody), /tmp, /proc, /sys and /dev (a read-only root file system needs
+them), /bin/bash (busybox's sh), a set-uid /usr/bin/passwd (a user-namespace test checks that
+the bit survives), and more layers; the other platforms' manifests have a
 small layer of their own (they are fetched, never run). Every layer names its image, so no two
 images share a blob (a test that pulls some platforms of one image checks that the others'
 content is absent).
@@ -59,6 +61,16 @@ users:x:100:
 nogroup:x:65534:
 """
 
+# The tests run `bash -c ...` in one image (2.x's TestUserNamespaces): busybox has no bash, and
+# its sh runs those command lines.
+BASH = b'#!/bin/sh\nexec /bin/sh "$@"\n'
+
+# The tests run `nc -l -p 80` as the container's first process and stop it with SIGTERM,
+# expecting exit status 143: busybox's nc installs no handler, and a PID namespace's first
+# process ignores a signal it has no handler for. So /bin/nc is busybox's nc run by sh, which
+# dies of SIGTERM for it (a bind refused still exits with nc's own status).
+NC = b'#!/bin/sh\ntrap \'kill $p 2>/dev/null; exit 143\' TERM\nbusybox nc "$@" &\np=$!\nwait $p\n'
+
 # (layout name, tag, repository path, the host the tests name it under, number of extra layers)
 IMAGES = [
     ("busybox", "1.36", "containerd/busybox", "ghcr.io", 1),              # the tests' testImage
@@ -91,11 +103,15 @@ def manifest(out, name, arch, variant, extra):
         with open(BUSYBOX, "rb") as f:
             bb = f.read()
         layers = [[("bin", "dir", None, 0o755), ("bin/busybox", "file", bb, 0o755)]
-                  + [("bin/" + x, "sym", "busybox", 0o777) for x in applets(BUSYBOX)]
+                  + [("bin/" + x, "sym", "busybox", 0o777) for x in applets(BUSYBOX) if x != "nc"]
+                  + [("bin/nc", "file", NC, 0o755)]
                   + [("etc", "dir", None, 0o755), ("etc/passwd", "file", PASSWD.encode(), 0o644),
                      ("etc/group", "file", GROUP.encode(), 0o644), ("etc/image", "file", note, 0o644),
                      ("tmp", "dir", None, 0o1777), ("root", "dir", None, 0o700), ("home", "dir", None, 0o755),
-                     ("var", "dir", None, 0o755), ("var/www", "dir", None, 0o755)]]
+                     ("var", "dir", None, 0o755), ("var/www", "dir", None, 0o755),
+                     ("proc", "dir", None, 0o755), ("sys", "dir", None, 0o755), ("dev", "dir", None, 0o755),
+                     ("bin/bash", "file", BASH, 0o755), ("usr", "dir", None, 0o755), ("usr/bin", "dir", None, 0o755),
+                     ("usr/bin/passwd", "file", b"#!/bin/sh\necho passwd\n", 0o4755)]]
     else:
         layers = [[("etc", "dir", None, 0o755), ("etc/image", "file", note, 0o644)]]
     for i in range(extra):
