@@ -34,7 +34,11 @@ CV=$("$BIN/containerd" --version | awk '{print $3}' | sed -E 's/^v//; s/[~+-].*/
 SUITE_DIR=${SUITE_DIR:-$DEPS/containerd-client-test-v$CV}
 SUITE_BIN=$SUITE_DIR/client.test
 SUITE_RUN=${SUITE_RUN:-.}
-SUITE_SKIP=${SUITE_SKIP:-}
+# Skipped in both runs: TestIDMappedOverlay (2.x) unpacks its image into the tests' snapshotter
+# (TEST_SNAPSHOTTER) and then asks the overlayfs snapshotter, named in the test, for a snapshot
+# on that image's layers: it can pass only when TEST_SNAPSHOTTER is overlayfs ("parent snapshot
+# ... does not exist" with any other).
+SUITE_SKIP=${SUITE_SKIP-^TestIDMappedOverlay\$}
 SUITE_TIMEOUT=${SUITE_TIMEOUT:-20m}
 
 log "containerd $V ($CV), its integration/client tests: setup"
@@ -75,7 +79,7 @@ check_out "ghcr.io/containerd/busybox:1.36 is served through the proxy under its
   curl -sf --cacert "$TLS/ca.pem" -x "$PROXY" -H 'Accept: application/vnd.oci.image.index.v1+json' https://ghcr.io/v2/containerd/busybox/manifests/1.36
 
 PG=$WORK/pg
-start_pullgate "$PG" || exit 1
+PG_LOG_LEVEL=debug start_pullgate "$PG" || exit 1   # (debug: its log counts the snapshots it creates)
 
 # The tests start the containerd they test themselves (TestMain; some tests restart or kill it,
 # or read its file descriptors), as `containerd --root /var/lib/containerd-test --state
@@ -107,7 +111,8 @@ chmod +x "$WORK/bin/containerd"
 # $WORK/containerd-NAME. The passed, failed and skipped top-level tests into
 # $WORK/NAME.{passed,failed,skipped}; the run's time into T_NAME.
 run_suite() {
-  local name=$1 snap=$2 t0=$SECONDS rc
+  local name=$1 snap=$2 t0=$SECONDS rc created0
+  created0=$(grep -c 'DEBUG create snapshot' "$PG/log")
   log "containerd's integration/client tests, TEST_SNAPSHOTTER=$snap"
   mkdir -p "$WORK/containerd" "$WORK/tmp-$name"
   containerd_config "$V" "$PG/snapshotter.sock" keep-builtin || { fail "$name: containerd config"; return 1; }
@@ -127,6 +132,8 @@ run_suite() {
        -test.run "$SUITE_RUN" ${SUITE_SKIP:+-test.skip "$SUITE_SKIP"} -no-criu -address "$WORK/containerd/containerd.sock") > "$WORK/$name.log" 2>&1
   rc=$?
   printf -v "T_$name" '%s' $((SECONDS - t0))
+  # The snapshots pullgate created meanwhile (its debug log: one line per Prepare or View).
+  echo $(($(grep -c 'DEBUG create snapshot' "$PG/log") - created0)) > "$WORK/$name.pgcreated"
   echo "  exit $rc, $((SECONDS - t0)) s"
   grep -E '^--- PASS: ' "$WORK/$name.log" | awk '{print $3}' | sort > "$WORK/$name.passed"
   grep -E '^--- FAIL: ' "$WORK/$name.log" | awk '{print $3}' | sort > "$WORK/$name.failed"
@@ -176,6 +183,10 @@ check "the same tests pass with pullgate as with overlayfs ($P_pullgate vs $P_ov
 check "both runs ran the same tests" test "$(sort "$WORK/overlayfs."{passed,failed,skipped})" = "$(sort "$WORK/pullgate."{passed,failed,skipped})"
 check_out "the pullgate run's namespace had pullgate as its default snapshotter" "containerd.io/defaults/snapshotter=pullgate" cat "$WORK/pullgate.ns"
 check "the pullgate run left snapshots in pullgate ($(cat "$WORK/pullgate.snapshots"))" test "$(cat "$WORK/pullgate.snapshots")" -gt 0
+# Every test that unpacks an image or creates a container in the tests' namespace goes through
+# pullgate (70 snapshots created in a whole run under 1.7.24, 80 under 2.1.9).
+check "pullgate created the tests' snapshots in the pullgate run ($(cat "$WORK/pullgate.pgcreated"))" test "$(cat "$WORK/pullgate.pgcreated")" -gt 0
+check "pullgate created no snapshot in the overlayfs run ($(cat "$WORK/overlayfs.pgcreated"))" test "$(cat "$WORK/overlayfs.pgcreated")" -eq 0
 check_out "the overlayfs run's namespace had overlayfs as its default snapshotter" "containerd.io/defaults/snapshotter=overlayfs" cat "$WORK/overlayfs.ns"
 if [ -n "$only_o" ] || [ -n "$only_p" ]; then
   for t in $only_o $only_p; do

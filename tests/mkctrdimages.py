@@ -11,8 +11,8 @@ name is the test's, served by the local registry through the suite's CONNECT pro
 Every image is an OCI index with several platforms (the tests pull some or all platforms of an
 index and count the manifests). linux/amd64 is a real image: busybox with every applet, the
 /etc/passwd and /etc/group of the busybox image the tests expect (users and groups such as
-www-data, operator, nobody), /tmp, /proc, /sys and /dev (a read-only root file system needs
-them), /bin/bash (busybox's sh), a set-uid /usr/bin/passwd (a user-namespace test checks that
+www-data, operator, nobody), /tmp, /proc, /sys, /dev and /run (a read-only root file system
+needs them), /bin/bash (busybox's sh), a set-uid /usr/bin/passwd (a user-namespace test checks that
 the bit survives), and more layers; the other platforms' manifests have a
 small layer of their own (they are fetched, never run). Every layer names its image, so no two
 images share a blob (a test that pulls some platforms of one image checks that the others'
@@ -109,7 +109,7 @@ def manifest(out, name, arch, variant, extra):
                      ("etc/group", "file", GROUP.encode(), 0o644), ("etc/image", "file", note, 0o644),
                      ("tmp", "dir", None, 0o1777), ("root", "dir", None, 0o700), ("home", "dir", None, 0o755),
                      ("var", "dir", None, 0o755), ("var/www", "dir", None, 0o755),
-                     ("proc", "dir", None, 0o755), ("sys", "dir", None, 0o755), ("dev", "dir", None, 0o755),
+                     ("proc", "dir", None, 0o755), ("sys", "dir", None, 0o755), ("dev", "dir", None, 0o755), ("run", "dir", None, 0o755),
                      ("bin/bash", "file", BASH, 0o755), ("usr", "dir", None, 0o755), ("usr/bin", "dir", None, 0o755),
                      ("usr/bin/passwd", "file", b"#!/bin/sh\necho passwd\n", 0o4755)]]
     else:
