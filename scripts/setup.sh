@@ -2,7 +2,9 @@
 # Installs everything pullgate's tests, demo and benchmarks need on a fresh Debian 12 machine:
 # apt packages (containerd 1.6, runc, registry, htpasswd, skopeo, busybox, protoc, Go and
 # containerd's Go sources for the conformance suite), containerd 1.7 (trixie) and 2.1 (sid)
-# unpacked under $PULLGATE_DEPS, and a release build of pullgate. Idempotent.
+# unpacked under $PULLGATE_DEPS, runc 1.2, nerdctl, crictl, critest and containerd 2.4 built
+# from their Go modules, containerd's own integration tests for 1.7 and 2.1, and a release
+# build of pullgate. Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
