@@ -80,7 +80,8 @@ IMAGES = [
     ("volume-copy-up-22", "2.2", "containerd/volume-copy-up", "ghcr.io", 3),  # (2.x)
     ("pause", "3.8", "pause", "registry.k8s.io", 0),                      # the image tests' pause (1.7)
     ("pause-36", "3.6", "pause", "registry.k8s.io", 0),                   # TestImagePullWithDistSourceLabel
-    ("pause-310", "3.10", "pause", "registry.k8s.io", 0),                 # (2.x)
+    ("pause-310", "3.10", "pause", "registry.k8s.io", 0),                 # (2.1)
+    ("pause-3102", "3.10.2", "pause", "registry.k8s.io", 0),              # (2.4)
     ("e2e-busybox", "1.29-2", "e2e-test-images/busybox", "registry.k8s.io", 1),  # TestImagePullSomePlatforms
 ]
 PLATFORMS = [("amd64", None), ("arm64", "v8"), ("s390x", None), ("arm", "v7"), ("ppc64le", None)]
