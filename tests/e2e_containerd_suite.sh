@@ -9,8 +9,8 @@
 # The containerd: lib.sh's (the operator's fragment from plugin/, content_sharing_policy
 # "isolated", pullgate registered as a proxy plugin) with the built-in snapshotters kept, so
 # that both runs use the same containerd; in the overlayfs run the fragment's snapshotter
-# settings (the transfer service's unpack platform, CRI's, which is off) name overlayfs instead
-# of pullgate. Each run gets a fresh containerd root; pullgate runs throughout.
+# settings (the transfer service's unpack snapshotter, and CRI's, which is off) name overlayfs
+# instead of pullgate. (2.x: CRI's sandbox controllers are disabled too, below.) Each run gets a fresh containerd root; pullgate runs throughout.
 # The tests start that containerd themselves, through a wrapper (below).
 #
 # Images: the tests pull their images by their real names (ghcr.io/containerd/busybox:1.36,
@@ -19,8 +19,9 @@
 # (docker-registry) whose certificate, signed by this run's own CA, names those hosts; the test
 # binary and the containerd get SSL_CERT_FILE=<that CA> and HTTPS_PROXY=<tests/connectproxy.py,
 # which tunnels every CONNECT to that registry>. No global state (hosts file, CA store) is
-# touched. Images pinned by a digest of the real registries' (schema 1 images, a Windows image)
-# cannot be reproduced: the tests that pull them fail in both runs (listed below).
+# touched. Images pinned by the digest of a real registry's manifest (1.7's schema 1 images,
+# 2.4's busybox by digest) cannot be reproduced: the tests that pull them fail in both runs
+# (README, "containerd's own integration tests", lists them).
 #
 # Which tests: SUITE_RUN below (a -test.run expression; printed), SUITE_SKIP (-test.skip).
 # Usage: tests/e2e_containerd_suite.sh VERSION   (1.7, 2.1 or 2.4)
