@@ -3,8 +3,8 @@
 # apt packages (containerd 1.6, runc, registry, htpasswd, skopeo, busybox, protoc, Go and
 # containerd's Go sources for the conformance suite, etcd), containerd 1.7 (trixie) and 2.1 (sid)
 # unpacked under $PULLGATE_DEPS, the Go tools built from their modules (runc 1.2, nerdctl,
-# crictl, critest, containerd 2.4, kubelet and kube-apiserver), and a release build of
-# pullgate. Idempotent.
+# crictl, critest, containerd 2.4, kubelet and kube-apiserver), containerd's own integration
+# tests for 1.7 and 2.1, and a release build of pullgate. Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
@@ -172,6 +172,55 @@ build_kubernetes() {
   "$out/kubelet" --version && "$out/kube-apiserver" --version
 }
 [ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_kubernetes
+# containerd's own integration tests (integration/client), for tests/e2e_containerd_suite.sh:
+# built with `go test -c` once per containerd version, from the source of exactly the version
+# that containerd reports (`containerd --version`), into $DEPS/containerd-client-test-vX.Y.Z/
+# (client.test, the testdata it reads from its working directory, and bin/runc-fp, the failpoint
+# runc wrapper from the same source that two of the tests run containers with).
+#   2.x: integration/client is a package of the github.com/containerd/containerd/v2 module.
+#   1.7: integration/client is a nested module (its own go.mod, `replace` of containerd and its
+#   api module to ../../), which the containerd module's zip leaves out and the Go module proxy
+#   does not serve; Debian's source package of that containerd (its orig tarball, from Debian's
+#   mirrors, checked against the hash in the signed Sources index) holds the whole tree, and
+#   the test binary is built there (its dependencies from the Go module proxy).
+containerd_upstream_version() { "$1/containerd" --version | awk '{print $3}' | sed -E 's/^v//; s/[~+-].*//'; }
+build_containerd_client_tests() { # containerd bin dir
+  local bin=$1 v out d
+  v=$(containerd_upstream_version "$bin") || return 1
+  out=$DEPS/containerd-client-test-v$v
+  [ -x "$out/client.test" ] && return 0
+  echo "setup: building containerd $v's integration/client tests"
+  rm -rf "$out.tmp"; mkdir -p "$out.tmp"
+  case $v in
+    1.*)
+      local deb apt=$DEPS/apt-trixie-src uri file hash
+      deb=$("$bin/containerd" --version | awk '{print $4}')   # Debian's version: 1.7.24~ds1-6+deb13u1
+      mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/get"
+      echo "deb-src $(debian_mirror) trixie main" > "$apt/sources.list"
+      local opts=("${APT_OPTS[@]}" -oDir::Etc::SourceList="$apt/sources.list" -oDir::Etc::SourceParts=/dev/null
+                  -oDir::State::Lists="$apt/lists" -oDir::Cache="$apt/cache" -oAPT::Get::List-Cleanup=0)
+      apt-get "${opts[@]}" update -q
+      read -r uri file hash < <(cd "$apt/get" && apt-get "${opts[@]}" source --print-uris "containerd=$deb" | awk '$2 ~ /\.orig\.tar\./ {gsub("\x27", "", $1); print $1, $2, $4}') || true
+      [ -n "$uri" ] && [ "${hash%%:*}" = SHA256 ] || { echo "setup: no orig tarball of containerd $deb in Debian's sources" >&2; return 1; }
+      curl -fsSL -o "$apt/get/$file" "$uri"
+      echo "${hash#SHA256:}  $apt/get/$file" | sha256sum -c --quiet || return 1
+      d=$DEPS/src/containerd-$v; rm -rf "$d"; mkdir -p "$d"
+      tar xf "$apt/get/$file" -C "$d" --strip-components=1
+      (cd "$d/integration/client" && CGO_ENABLED=0 GOFLAGS=-mod=mod "$GO" test -c -o "$out.tmp/client.test" .) || return 1
+      (cd "$d" && CGO_ENABLED=0 GOFLAGS=-mod=mod "$GO" build -o "$out.tmp/bin/runc-fp" ./integration/failpoint/cmd/runc-fp) || return 1
+      ;;
+    *)
+      d=$(go_module_dir "github.com/containerd/containerd/v2@v$v")
+      (cd "$d" && CGO_ENABLED=0 GOFLAGS=-mod=mod "$GO" test -c -o "$out.tmp/client.test" ./integration/client \
+                && CGO_ENABLED=0 GOFLAGS=-mod=mod "$GO" build -o "$out.tmp/bin/runc-fp" ./integration/failpoint/cmd/runc-fp) || return 1
+      ;;
+  esac
+  [ -d "$d/integration/client/testdata" ] && cp -r "$d/integration/client/testdata" "$out.tmp/"
+  rm -rf "$d" "$out"; mv "$out.tmp" "$out"
+}
+if [ -z "${PULLGATE_SKIP_GO_TOOLS:-}" ]; then
+  for v in 1.7 2.1; do build_containerd_client_tests "$DEPS/containerd-$v/usr/bin"; done
+fi
 
 # Rust build (release: the daemon under test is the one an operator would run), and the CRI
 # test client (examples/cri.rs; kubelet's part in the Kubernetes tests).

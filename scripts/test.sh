@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pullgate's whole test suite, from a fresh Debian 12 machine (run as root):
 #   1. install everything (scripts/setup.sh: apt packages, containerd 1.7 and 2.1, nerdctl,
-#      crictl, critest, kubelet and kube-apiserver from their Go modules, release build)
+#      crictl, critest, kubelet and kube-apiserver from their Go modules, containerd's
+#      integration tests, release build)
 #   2. unit tests (cargo test)
 #   3. containerd's snapshotter conformance suite against the daemon, through the proxy client
 #      and through containerd's metadata layer, for the overlay and the copying driver, plus
@@ -16,8 +17,10 @@
 #      doctor` against sound and wrongly configured containerds; under 1.7 and 2.1 also real
 #      clients built from their Go modules: nerdctl with pullgate as its snapshotter, crictl
 #      through the CRI front and directly, critest (the CRI validation suite) run directly
-#      and through the front, the two pass sets compared, and a real kubelet (with and without
-#      an API server) through the front
+#      and through the front, a real kubelet (with and without an API server) through the
+#      front, and containerd's own integration tests (integration/client, built
+#      from the source of that containerd's exact version) with overlayfs and with pullgate as
+#      their snapshotter; each time the two pass sets compared
 #   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
 #      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
 set -euo pipefail
@@ -50,6 +53,20 @@ for driver in overlay copy; do
     failed+=("conformance $driver ($passed passed, skipped: ${skips:-none})")
   fi
 done
+
+# A second lane, beside the end-to-end loop below: containerd's own integration tests
+# (integration/client of containerd 1.7's and 2.1's source) with overlayfs and with pullgate,
+# about five minutes a version spent mostly waiting on containers and timeouts. They run in
+# mount and PID namespaces of their own, on their own ports and directories; their output is
+# printed, and their failures counted, at the end.
+lane=$(mktemp -d)
+(
+  for v in 1.7 2.1; do
+    printf '\n##### %s\n' "containerd's own integration tests (integration/client of containerd $v) with overlayfs and with pullgate"
+    bash tests/e2e_containerd_suite.sh "$v" || echo "containerd integration tests containerd $v" >> "$lane/failed"
+  done
+) > "$lane/log" 2>&1 &
+lane_pid=$!
 
 # 2.4: the newest containerd 2.x the Go module proxy serves, built from its module by setup.sh.
 for v in 1.6 1.7 2.1 2.4; do
@@ -94,6 +111,13 @@ for v in 1.6 2.1; do
   step "crash test under containerd $v: crash points and SIGKILLs of pullgate (and containerd) during pull, verify, unpack and run"
   bash tests/crash.sh "$v" || failed+=("crash test containerd $v")
 done
+
+wait "$lane_pid" || true
+cat "$lane/log"
+if [ -s "$lane/failed" ]; then
+  while read -r f; do failed+=("$f"); done < "$lane/failed"
+fi
+rm -rf "$lane"
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf '\nFAILED: %s\n' "${failed[*]}"

@@ -60,6 +60,7 @@ impl From<ApiError> for Status {
                 PullError::Layer(_) => Code::DataLoss,
                 PullError::BadImage { .. } => Code::InvalidArgument,
                 PullError::PublicNamespace(_) => Code::PermissionDenied,
+                PullError::PublicNamespaceTaken { .. } => Code::FailedPrecondition,
             },
         };
         Status::new(code, e.to_string())

@@ -588,9 +588,10 @@ pub fn check_namespaces(d: &Daemon, cri_is_pullgate: bool, public_namespace: &st
             out.push(ok(
                 "shareable",
                 format!(
-                    "namespace {name} is pullgate's public namespace ([daemon] public_namespace): it holds only blobs that pullgate established as public \
-                     (their origin served them without credentials), so that under an isolated content store every namespace takes them without a copy; \
-                     pullgate pulls nothing else into it and refuses pulls and verifies there"
+                    "namespace {name} is pullgate's public namespace ([daemon] public_namespace): pullgate puts there only blobs their origin served it \
+                     without credentials, so that under an isolated content store every namespace takes them without a copy; it refuses pulls and \
+                     verifies there, and shares it only if everything in it was so established (a client with containerd's socket can still write \
+                     there, as into any namespace)"
                 ),
             ));
             continue;

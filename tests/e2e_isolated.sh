@@ -29,7 +29,8 @@
 #      held once in pullgate's public namespace on containerd 1.7+: the first namespace that
 #      needs them on the node copies them there, the next adopts them with no copy and copies
 #      only the application's private blobs; no private blob ever enters it, a namespace that
-#      proved nothing still reads none of them, pullgate refuses to pull into it. On 1.6 (which
+#      proved nothing still reads none of them, a public layer recompressed with private bytes in
+#      its gzip header is not public, pullgate refuses to pull into it. On 1.6 (which
 #      ignores the shareable label) everything is copied as before.
 # Usage: tests/e2e_isolated.sh VERSION
 source "$(dirname "$0")/lib.sh"
@@ -319,9 +320,24 @@ else
   check_out "M runs the application" "private app on a public base" run_img M m1 "$REG_t/private/onbase:v1"
 fi
 check "no blob GET at the registry for L, M and P ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
+# The base's layers recompressed with a secret in each gzip header: the same layer IDs (public
+# ones), other blobs, which no origin serves without credentials.
+RECOMP=$(python3 "$REPO/tests/recompress.py" "$WORK/pubbase" "$WORK/recomp" "SECRET-in-the-gzip-header")
+push_image "$WORK/recomp" v1 "$REG_t/private/recomp:v1" "alice:$PW_ALICE" || fail "push the recompressed image"
+check "no origin serves the recompressed image without credentials" not pg verify -n R0 --plain-http "$REG_t/private/recomp:v1"
+check_out "K pulls the recompressed image with alice's credential" "sha256:" pg pull -n K --plain-http --user "alice:$PW_ALICE" "$REG_t/private/recomp:v1"
+out=$(pg pull -n R1 --plain-http --user "bob:$PW_BOB" "$REG_t/private/recomp:v1" 2>&1); rc=$?
+check "R1's pull of it succeeds and takes nothing from the public namespace (rc=$rc: $(tail -n 1 <<<"$out"))" bash -c '[ $1 -eq 0 ] && ! grep -q "taken from pullgate" <<<"$2"' _ "$rc" "$out"
+listed=$(ctr_ -n "$PUBNS" content ls -q 2>&1); rc=$?
 leaked=""
-for d in $PRIVATE; do ctr_ -n "$PUBNS" content info "$d" >/dev/null 2>&1 && leaked+="$d "; done
-check "no private blob of the application is in the public namespace (${leaked:-none})" test -z "$leaked"
+for d in $RECOMP; do grep -qxF "$d" <<<"$listed" && leaked+="$d "; done
+check "none of its blobs (public layer IDs, private bytes) is in the public namespace (listing rc=$rc; ${leaked:-none})" test $rc -eq 0 -a -z "$leaked"
+ctr_ -n Q content get "$(awk '{print $1}' <<<"$RECOMP")" >"$WORK/q-recomp" 2>/dev/null; rc=$?
+check "Q is refused its base layer's blob (rc=$rc) and got no byte of it ($(wc -c <"$WORK/q-recomp"))" test $rc -ne 0 -a ! -s "$WORK/q-recomp"
+listed=$(ctr_ -n "$PUBNS" content ls -q 2>&1); rc=$?
+leaked=""
+for d in $PRIVATE; do grep -qxF "$d" <<<"$listed" && leaked+="$d "; done
+check "no private blob of the application is in the public namespace (listing rc=$rc; ${leaked:-none})" test $rc -eq 0 -a -z "$leaked"
 top=$(awk '{print $NF}' <<<"$APP_BLOBS")
 ctr_ -n Q content get "$top" >"$WORK/q-top" 2>/dev/null; rc=$?
 check "Q, which proved nothing, is refused the application's own top layer (rc=$rc) and got none of its bytes ($(wc -c <"$WORK/q-top"))" test $rc -ne 0 -a ! -s "$WORK/q-top"

@@ -447,6 +447,20 @@ impl Containerd {
         Ok(out)
     }
 
+    /// Every blob of the namespace's content store.
+    pub async fn all_content(&self) -> Result<Vec<String>> {
+        let mut stream = ContentClient::new(self.channel.clone())
+            .list(self.req(ListContentRequest { filters: vec![] }))
+            .await
+            .map_err(err("list content"))?
+            .into_inner();
+        let mut out = Vec::new();
+        while let Some(batch) = stream.next().await {
+            out.extend(batch.map_err(err("list content"))?.info.into_iter().map(|i| i.digest));
+        }
+        Ok(out)
+    }
+
     /// Sets labels on a blob of the namespace (other labels are kept).
     pub async fn label_content(&self, digest: &str, labels: &HashMap<String, String>) -> Result<()> {
         let info = containerd_client::services::v1::Info { digest: digest.to_string(), labels: labels.clone(), ..Default::default() };

@@ -43,6 +43,8 @@ pub enum PullError {
     ForgedLayer { image: String, blob: String, claimed: String, actual: String },
     #[error("image {image}: {reason}")]
     BadImage { image: String, reason: String },
+    #[error("namespace {namespace} holds {blobs} blob(s) that pullgate did not establish as public (the first: {first}); it is not made shareable: remove them (ctr -n {namespace} content rm ...) or name another [daemon] public_namespace")]
+    PublicNamespaceTaken { namespace: String, blobs: usize, first: String },
     #[error("namespace {0} is pullgate's public namespace, which every namespace can read: pullgate puts there only blobs their origin serves without credentials, and pulls nothing into it")]
     PublicNamespace(String),
 }
@@ -239,14 +241,35 @@ impl Puller {
         if node.shared != Some(false) || !node.honours_shareable {
             return None;
         }
-        let ready = self.public_ready.get_or_try_init(|| async { cd.elsewhere(ns).make_shareable().await }).await;
+        let ready = self.public_ready.get_or_try_init(|| self.take_public_namespace(cd, ns)).await;
         match ready {
             Ok(()) => Some(ns),
             Err(e) => {
-                tracing::warn!(namespace = ns, error = %e, "cannot make pullgate's public namespace shareable: public blobs are copied like the others");
+                tracing::warn!(namespace = ns, error = %e, "pullgate's public namespace is not used: public blobs are copied like the others");
                 None
             }
         }
+    }
+
+    /// Makes the public namespace shareable, first making sure that everything it already
+    /// holds is public (a client may have made it, or written there, before pullgate): a
+    /// namespace holding anything else is left alone, not shared.
+    async fn take_public_namespace(&self, cd: &Containerd, ns: &str) -> std::result::Result<(), PullError> {
+        let there = cd.elsewhere(ns);
+        let held = there.all_content().await?;
+        let private: Vec<&String> = self.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
+            let mut out = Vec::new();
+            for d in &held {
+                if !Self::served_anonymously(tx, d)? {
+                    out.push(d);
+                }
+            }
+            Ok(out)
+        })?;
+        if let Some(first) = private.first() {
+            return Err(PullError::PublicNamespaceTaken { namespace: ns.to_string(), blobs: private.len(), first: first.to_string() });
+        }
+        Ok(there.make_shareable().await?)
     }
 
     /// A warning when the namespace is labelled shareable: containerd 1.7+ then lets every
@@ -781,24 +804,24 @@ impl Puller {
         Ok(())
     }
 
-    /// The image's blobs pullgate established as public: served by an origin without
-    /// credentials (downloaded anonymously, or found readable by an anonymous probe), or blobs
-    /// of a layer so established. A registry's or image's word plays no part.
+    /// The image's blobs pullgate established as public: these very bytes were served by an
+    /// origin to pullgate without credentials. Not a blob of a public layer: another
+    /// compression of a public layer may carry private bytes in its framing (a gzip header's
+    /// name, comment or extra field). A registry's or image's word plays no part.
     fn public_blobs(&self, image: &Image) -> Result<std::collections::HashSet<String>> {
         Ok(self.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
             let mut out = std::collections::HashSet::new();
             for b in image.all() {
-                let anonymous = ledger::blob_origins(tx, &b.digest)?.iter().any(|(_, o)| o.identities.contains(ANONYMOUS));
-                let public_layer = match ledger::pairing(tx, &b.digest)? {
-                    Some(d) => ledger::layer(tx, &d)?.is_some_and(|l| l.public),
-                    None => false,
-                };
-                if anonymous || public_layer {
+                if Self::served_anonymously(tx, &b.digest)? {
                     out.insert(b.digest.clone());
                 }
             }
             Ok(out)
         })?)
+    }
+
+    fn served_anonymously(tx: &impl crate::metastore::LedgerRead, digest: &str) -> std::result::Result<bool, StoreError> {
+        Ok(ledger::blob_origins(tx, digest)?.iter().any(|(_, o)| o.identities.contains(ANONYMOUS)))
     }
 
     /// For blobs the namespace lacks: the namespace where pullgate last saw each, looked at
