@@ -176,9 +176,7 @@ echo; echo "## 4. an application on a public base, isolated content store (conta
 # node, puts the public blobs into pullgate's public namespace. Then each new tenant.
 python3 "$REPO/tests/mkimage.py" "$WORK/pubbase" --tag v1 --extra-layers 5 --layer-mb 20 --seed 9 --message "public base" >/dev/null
 python3 "$REPO/tests/mkimage.py" "$WORK/onbase" --tag v1 --extra-layers 6 --layer-mb 20 --seed 9 --message "private app" >/dev/null
-cat > "$WORK/acl.json" <<JSON
-{"users": {"alice": "$PW", "admin": "$PW"}, "access": {"alice": ["private/*"], "admin": ["*"]}, "anonymous": ["public/*"], "push": ["admin"]}
-JSON
+token_acl t 'acl["anonymous"] = ["public/*"]'
 PUBIMG=$REG_t/public/base:v1; APPIMG=$REG_t/private/onbase:v1
 push_image "$WORK/pubbase" v1 "$PUBIMG" "admin:$PW"
 push_image "$WORK/onbase" v1 "$APPIMG" "admin:$PW"
