@@ -293,7 +293,7 @@ impl Daemon {
     }
     /// containerd 1.6 ignores the namespace label that re-opens sharing.
     fn honours_shareable(&self) -> bool {
-        !self.version.trim_start_matches('v').starts_with("1.6")
+        crate::pull::containerd::honours_shareable(&self.version)
     }
 }
 

@@ -136,6 +136,11 @@ pub fn blob_origins(tx: &impl LedgerRead, digest: &str) -> Result<Vec<(String, B
         .collect())
 }
 
+/// Whether an origin served the blob's own bytes without credentials (its public flag's ground).
+pub fn served_anonymously(tx: &impl LedgerRead, digest: &str) -> Result<bool, StoreError> {
+    Ok(blob_origins(tx, digest)?.iter().any(|(_, o)| o.identities.contains(ANONYMOUS)))
+}
+
 pub fn record_blob(tx: &mut WriteTx, digest: &str, origin: &str, identity: &str, now: i64) -> Result<(), StoreError> {
     let k = key(&[digest, origin]);
     let mut rec: BlobOrigin = tx.get_val(Collection::BlobOrigins, &k)?.unwrap_or_default();
@@ -348,7 +353,7 @@ pub fn record_manifest(tx: &mut WriteTx, digest: &str, m: &ManifestRec) -> Resul
             l.manifests.insert(digest.to_string());
         }
         if !l.public {
-            l.public = blob_origins(tx, blob)?.iter().any(|(_, o)| o.identities.contains(ANONYMOUS));
+            l.public = served_anonymously(tx, blob)?;
         }
         tx.put_val(Collection::Layers, d, &l)?;
         index_protected(tx, d, l.public)?;

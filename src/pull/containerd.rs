@@ -434,23 +434,18 @@ impl Containerd {
             // (No filter would list every blob of the namespace.)
             return Ok(Default::default());
         }
-        let filters = digests.iter().map(|d| format!("digest=={d}")).collect();
-        let mut stream = ContentClient::new(self.channel.clone())
-            .list(self.req(ListContentRequest { filters }))
-            .await
-            .map_err(err("list content"))?
-            .into_inner();
-        let mut out = std::collections::HashSet::new();
-        while let Some(batch) = stream.next().await {
-            out.extend(batch.map_err(err("list content"))?.info.into_iter().map(|i| i.digest));
-        }
-        Ok(out)
+        Ok(self.list_content(digests.iter().map(|d| format!("digest=={d}")).collect()).await?.into_iter().collect())
     }
 
     /// Every blob of the namespace's content store.
     pub async fn all_content(&self) -> Result<Vec<String>> {
+        self.list_content(vec![]).await
+    }
+
+    /// The digests of the namespace's blobs that match one of `filters` (all without one).
+    async fn list_content(&self, filters: Vec<String>) -> Result<Vec<String>> {
         let mut stream = ContentClient::new(self.channel.clone())
-            .list(self.req(ListContentRequest { filters: vec![] }))
+            .list(self.req(ListContentRequest { filters }))
             .await
             .map_err(err("list content"))?
             .into_inner();

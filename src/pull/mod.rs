@@ -233,20 +233,25 @@ impl Puller {
             })
     }
 
-    /// pullgate's public namespace, when this node uses one: an isolated content store
-    /// (content is not shared anyway otherwise) on containerd 1.7+ (1.6 ignores the shareable
-    /// label). Made shareable once; None (and a warning) if that fails.
-    async fn public_namespace(&self, cd: &Containerd, node: &containerd::NodeFacts) -> Option<&str> {
-        let ns = self.public_namespace.as_deref()?;
+    /// pullgate's public namespace and the image's blobs pullgate established as public, when
+    /// this node uses one: an isolated content store (content is not shared anyway otherwise)
+    /// on containerd 1.7+ (1.6 ignores the shareable label), and the image has a public blob.
+    /// The namespace is made shareable once, for the first such image; None (and a warning)
+    /// if that fails.
+    async fn public_placing(&self, cd: &Containerd, node: &containerd::NodeFacts, image: &Image) -> Result<Option<(&str, std::collections::HashSet<String>)>> {
+        let Some(ns) = self.public_namespace.as_deref() else { return Ok(None) };
         if node.shared != Some(false) || !node.honours_shareable {
-            return None;
+            return Ok(None);
         }
-        let ready = self.public_ready.get_or_try_init(|| self.take_public_namespace(cd, ns)).await;
-        match ready {
-            Ok(()) => Some(ns),
+        let blobs = self.public_blobs(image)?;
+        if blobs.is_empty() {
+            return Ok(None);
+        }
+        match self.public_ready.get_or_try_init(|| self.take_public_namespace(cd, ns)).await {
+            Ok(()) => Ok(Some((ns, blobs))),
             Err(e) => {
                 tracing::warn!(namespace = ns, error = %e, "pullgate's public namespace is not used: public blobs are copied like the others");
-                None
+                Ok(None)
             }
         }
     }
@@ -260,7 +265,7 @@ impl Puller {
         let private: Vec<&String> = self.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
             let mut out = Vec::new();
             for d in &held {
-                if !Self::served_anonymously(tx, d)? {
+                if !ledger::served_anonymously(tx, d)? {
                     out.push(d);
                 }
             }
@@ -315,13 +320,7 @@ impl Puller {
         // Where the blobs came from, and for whom: set on each blob with the commit that puts it
         // in the namespace (download, copy, adoption), else by `label` once the grant stands.
         let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
-        // (The public namespace is made, once, when a first image has a public blob.)
-        let public_here = self.public_namespace.is_some() && node.shared == Some(false) && node.honours_shareable;
-        let public_blobs = if public_here { self.public_blobs(&image)? } else { Default::default() };
-        let public = match public_blobs.is_empty() {
-            true => None,
-            false => self.public_namespace(cd, node).await.map(|ns| (ns, public_blobs)),
-        };
+        let public = self.public_placing(cd, node, &image).await?;
         let placing = Placing { who: &who, shared: node.shared, public };
         let mut got = self.gather(&image, &facts, full, sess, resolved, cd, &placing).await?;
         stages.done("gather");
@@ -812,7 +811,7 @@ impl Puller {
         Ok(self.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
             let mut out = std::collections::HashSet::new();
             for b in image.all() {
-                if Self::served_anonymously(tx, &b.digest)? {
+                if ledger::served_anonymously(tx, &b.digest)? {
                     out.insert(b.digest.clone());
                 }
             }
@@ -820,9 +819,6 @@ impl Puller {
         })?)
     }
 
-    fn served_anonymously(tx: &impl crate::metastore::LedgerRead, digest: &str) -> std::result::Result<bool, StoreError> {
-        Ok(ledger::blob_origins(tx, digest)?.iter().any(|(_, o)| o.identities.contains(ANONYMOUS)))
-    }
 
     /// For blobs the namespace lacks: the namespace where pullgate last saw each, looked at
     /// first (a hint: containerd is asked, and every namespace only if it does not hold them).
