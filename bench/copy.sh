@@ -22,9 +22,9 @@ pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
 pg pull -n A --plain-http --user alice:bench-pw "$IMG" >/dev/null 2>&1 || { echo "tenant A's pull failed"; exit 1; }
 for op in verify pull; do
   for i in $(seq 1 "$RUNS"); do
-    sync; t0=$(now)
+    sync; t0=$EPOCHREALTIME
     out=$(pg "$op" -n "$op$i" --plain-http --user alice:bench-pw "$IMG" 2>&1) || { echo "$op $i failed: $out"; exit 1; }
-    t1=$(now)
+    t1=$EPOCHREALTIME
     printf '%-6s %d: %6.3f s  (%s)\n' "$op" "$i" "$(elapsed "$t0" "$t1")" "$(grep -o '[0-9]* blob(s) downloaded, [0-9]* copied' <<<"$out")"
   done
 done

@@ -48,16 +48,16 @@ nlayers=$(python3 -c "import json; i=json.load(open('$WORK/img/index.json')); d=
 echo "image: $nlayers layers, ${size} MB compressed, private on a token-auth registry; containerd $V with CRI"
 
 declare -A T B
-read -r m1 m2 < <(marks); t0=$(now)
+read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
 pull front team-first
-t1=$(now); T[first]=$(elapsed "$t0" "$t1"); B[first]=$(registry_bytes "$m1" "$m2")
+t1=$EPOCHREALTIME; T[first]=$(elapsed "$t0" "$t1"); B[first]=$(registry_bytes "$m1" "$m2")
 for rep in $(seq 1 "$REPS"); do
-  read -r m1 m2 < <(marks); t0=$(now)
+  read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
   pull front "team-f$rep"
-  t1=$(now); T[front]+="$(elapsed "$t0" "$t1") "; B[front]+="$(registry_bytes "$m1" "$m2") "
-  read -r m1 m2 < <(marks); t0=$(now)
+  t1=$EPOCHREALTIME; T[front]+="$(elapsed "$t0" "$t1") "; B[front]+="$(registry_bytes "$m1" "$m2") "
+  read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
   pull direct "team-d$rep"
-  t1=$(now); T[direct]+="$(elapsed "$t0" "$t1") "; B[direct]+="$(registry_bytes "$m1" "$m2") "
+  t1=$EPOCHREALTIME; T[direct]+="$(elapsed "$t0" "$t1") "; B[direct]+="$(registry_bytes "$m1" "$m2") "
 done
 tf=$(med "${T[front]}"); td=$(med "${T[direct]}")
 printf '| %-62s | %9s | %12s |\n' "PullImage of a cached private image, new namespace ($REPS runs, median)" "time" "bytes served"

@@ -80,21 +80,21 @@ declare -A T B
 # Each measured step starts once the previous one's writes are on disk (sync): a copy or a pull
 # commits blobs with fsync, which would otherwise wait for the step before it.
 for rep in $(seq 1 "$REPS"); do
-  sync; read -r m1 m2 < <(marks); t0=$(now)
+  sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
   pg verify -n "v$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
-  t1=$(now); T[verify]+="$(elapsed "$t0" "$t1") "; B[verify]+="$(registry_bytes "$m1" "$m2") "
-  sync; read -r m1 m2 < <(marks); t0=$(now)
+  t1=$EPOCHREALTIME; T[verify]+="$(elapsed "$t0" "$t1") "; B[verify]+="$(registry_bytes "$m1" "$m2") "
+  sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
   "${ISOCTR[@]}" -n "iso$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
-  t1=$(now); T[iso]+="$(elapsed "$t0" "$t1") "; B[iso]+="$(registry_bytes "$m1" "$m2") "
-  sync; read -r m1 m2 < <(marks); t0=$(now)
+  t1=$EPOCHREALTIME; T[iso]+="$(elapsed "$t0" "$t1") "; B[iso]+="$(registry_bytes "$m1" "$m2") "
+  sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
   ctr_ -n "c$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
-  t1=$(now); T[ctr]+="$(elapsed "$t0" "$t1") "; B[ctr]+="$(registry_bytes "$m1" "$m2") "
-  sync; read -r m1 m2 < <(marks); t0=$(now)
+  t1=$EPOCHREALTIME; T[ctr]+="$(elapsed "$t0" "$t1") "; B[ctr]+="$(registry_bytes "$m1" "$m2") "
+  sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
   pgi verify -n "vi$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated verify failed"
-  t1=$(now); T[iverify]+="$(elapsed "$t0" "$t1") "; B[iverify]+="$(registry_bytes "$m1" "$m2") "
-  sync; read -r m1 m2 < <(marks); t0=$(now)
+  t1=$EPOCHREALTIME; T[iverify]+="$(elapsed "$t0" "$t1") "; B[iverify]+="$(registry_bytes "$m1" "$m2") "
+  sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
   pgi pull -n "pi$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated pull failed"
-  t1=$(now); T[ipull]+="$(elapsed "$t0" "$t1") "; B[ipull]+="$(registry_bytes "$m1" "$m2") "
+  t1=$EPOCHREALTIME; T[ipull]+="$(elapsed "$t0" "$t1") "; B[ipull]+="$(registry_bytes "$m1" "$m2") "
 done
 # The network floor, measured here: what the registry and its token server take to answer a
 # token request and a manifest request (curl's time_total, median of 20 each), and one
@@ -140,10 +140,10 @@ empty_store() {
 for rep in $(seq 1 "$REPS"); do
   for how in overlayfs pullgate; do
     empty_store
-    t0=$(now)
+    t0=$EPOCHREALTIME
     if [ "$how" = pullgate ]; then pg pull -n b2 --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
     else ctr_ -n b2 images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null; fi
-    t1=$(now); T[p2$how]+="$(elapsed "$t0" "$t1") "
+    t1=$EPOCHREALTIME; T[p2$how]+="$(elapsed "$t0" "$t1") "
   done
 done
 to=$(med "${T[p2overlayfs]}"); tp=$(med "${T[p2pullgate]}")
@@ -156,12 +156,12 @@ printf 'ratio pullgate / overlayfs: %.2f (target <= 1.10)\n' "$(echo "$tp / $to"
 echo; echo "## 3. $NS_COUNT namespaces using the same image"
 empty_store
 du_of() { du -sb "$1" 2>/dev/null | cut -f1; }
-t0=$(now)
+t0=$EPOCHREALTIME
 for i in $(seq 1 "$NS_COUNT"); do pg pull -n "m$i" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1; done
-t1=$(now); tpg=$(elapsed "$t0" "$t1"); dpg=$(du_of "$PG/root/snapshots")
-t0=$(now)
+t1=$EPOCHREALTIME; tpg=$(elapsed "$t0" "$t1"); dpg=$(du_of "$PG/root/snapshots")
+t0=$EPOCHREALTIME
 for i in $(seq 1 "$NS_COUNT"); do ctr_ -n "o$i" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null; done
-t1=$(now); tov=$(elapsed "$t0" "$t1"); dov=$(du_of "$WORK/containerd/root/io.containerd.snapshotter.v1.overlayfs/snapshots")
+t1=$EPOCHREALTIME; tov=$(elapsed "$t0" "$t1"); dov=$(du_of "$WORK/containerd/root/io.containerd.snapshotter.v1.overlayfs/snapshots")
 printf '| %-52s | %9s | %10s |\n' "$NS_COUNT namespaces, same image" "total time" "disk (MB)"
 printf '|%s|%s|%s|\n' "------------------------------------------------------" "-----------" "------------"
 printf '| %-52s | %7.2f s | %10.1f |\n' "pullgate (verify + adopted chain per namespace)" "$tpg" "$(echo "$dpg / 1048576" | bc -l)"
@@ -187,14 +187,14 @@ pgi pull -n pw --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1 || echo
 sizes=$(python3 -c 'import json,os,sys; d=sys.argv[1]+"/blobs/sha256"; print(json.dumps({"sha256:"+f: os.path.getsize(os.path.join(d,f)) for f in os.listdir(d)}))' "$WORK/onbase")
 bytes_of() { python3 -c 'import json,sys; s=json.loads(sys.argv[1]); print(sum(s.get(d,0) for d in json.loads(sys.argv[2])))' "$sizes" "$1"; }
 for rep in $(seq 1 "$REPS"); do
-  sync; t0=$(now)
+  sync; t0=$EPOCHREALTIME
   out=$(pgi pull -n "pp$rep" --plain-http --user "alice:$PW" -o json "$APPIMG" 2>/dev/null)
-  t1=$(now); T[ppull]+="$(elapsed "$t0" "$t1") "
+  t1=$EPOCHREALTIME; T[ppull]+="$(elapsed "$t0" "$t1") "
   B[pcopied]+="$(bytes_of "$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["copied"]))' "$out")") "
   B[ppublic]+="$(bytes_of "$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["public"]))' "$out")") "
-  sync; t0=$(now)
+  sync; t0=$EPOCHREALTIME
   "${ISOCTR[@]}" -n "pi$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$APPIMG" >/dev/null
-  t1=$(now); T[piso]+="$(elapsed "$t0" "$t1") "
+  t1=$EPOCHREALTIME; T[piso]+="$(elapsed "$t0" "$t1") "
 done
 tpp=$(med "${T[ppull]}"); tpi=$(med "${T[piso]}")
 app_mb=$(du -sm "$WORK/onbase/blobs" | cut -f1)
@@ -211,8 +211,8 @@ NS_SCALE=${NS_SCALE:-"1000 10000"}
 scale_run() { # LABEL
   local i t0 t1
   for i in $(seq 1 "$REPS"); do
-    sync; t0=$(now); pgi verify -n "sv$1-$i" --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1; t1=$(now); T[sv$1]+="$(elapsed "$t0" "$t1") "
-    sync; t0=$(now); pgi pull -n "sp$1-$i" --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1; t1=$(now); T[sp$1]+="$(elapsed "$t0" "$t1") "
+    sync; t0=$EPOCHREALTIME; pgi verify -n "sv$1-$i" --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1; t1=$EPOCHREALTIME; T[sv$1]+="$(elapsed "$t0" "$t1") "
+    sync; t0=$EPOCHREALTIME; pgi pull -n "sp$1-$i" --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1; t1=$EPOCHREALTIME; T[sp$1]+="$(elapsed "$t0" "$t1") "
   done
 }
 scale_run base
@@ -240,9 +240,9 @@ pg pull -n r5 --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
 runs() {
   local i t0 t1 sp="" so=""
   for i in $(seq 1 "$RUNS"); do
-    t0=$(now); ctr_ -n r5 run --rm --snapshotter pullgate "$IMG" "r-$1-pg-$i-$RANDOM" >/dev/null; t1=$(now)
+    t0=$EPOCHREALTIME; ctr_ -n r5 run --rm --snapshotter pullgate "$IMG" "r-$1-pg-$i-$RANDOM" >/dev/null; t1=$EPOCHREALTIME
     sp+="$(elapsed "$t0" "$t1") "
-    t0=$(now); ctr_ -n r5 run --rm --snapshotter overlayfs "$IMG" "r-$1-ov-$i-$RANDOM" >/dev/null; t1=$(now)
+    t0=$EPOCHREALTIME; ctr_ -n r5 run --rm --snapshotter overlayfs "$IMG" "r-$1-ov-$i-$RANDOM" >/dev/null; t1=$EPOCHREALTIME
     so+="$(elapsed "$t0" "$t1") "
   done
   T[$1]=$sp; T[$1-ov]=$so

@@ -5,7 +5,9 @@
 PULLGATE_SKIP_GO_TOOLS=1 "$here/scripts/setup.sh" >/dev/null
 source "$here/tests/lib.sh"
 trap cleanup EXIT
-now() { date +%s.%N; }
+# Times are read from bash's own clock ($EPOCHREALTIME, seconds with microseconds): a `date`
+# run in a subshell would add its own start to every figure (about a millisecond).
+export LC_NUMERIC=C
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 # med "A B C": the median of a space-separated list.
 med() { tr ' ' '\n' <<<"$1" | grep . | median; }

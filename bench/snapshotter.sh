@@ -26,9 +26,9 @@ order() { if [ $(($1 % 2)) -eq 1 ]; then echo overlayfs pullgate; else echo pull
 for rep in $(seq 1 "$REPS"); do
   for sn in $(order "$rep"); do
     ctr_ -n bench images rm --sync "$IMG" >/dev/null 2>&1 || true
-    t0=$(now)
+    t0=$EPOCHREALTIME
     ctr_ -n bench images pull --plain-http --snapshotter "$sn" "$IMG" >/dev/null
-    t1=$(now)
+    t1=$EPOCHREALTIME
     PULL[$sn]+="$(echo "$t1 - $t0" | bc -l) "
   done
 done
@@ -39,9 +39,9 @@ ctr_ -n bench images unpack --snapshotter pullgate "$IMG" >/dev/null 2>&1 || \
   ctr_ -n bench images pull --plain-http --snapshotter pullgate "$IMG" >/dev/null
 for i in $(seq 1 "$RUNS"); do
   for sn in $(order "$i"); do
-    t0=$(now)
+    t0=$EPOCHREALTIME
     ctr_ -n bench run --rm --snapshotter "$sn" "$IMG" "bench-$sn-$i" >/dev/null
-    t1=$(now)
+    t1=$EPOCHREALTIME
     RUN[$sn]+="$(echo "$t1 - $t0" | bc -l) "
   done
 done

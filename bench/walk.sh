@@ -35,10 +35,10 @@ for n in $SIZES; do
   made=$n
   before=$(status VmRSS)
   echo 5 > "/proc/$PG_PID/clear_refs"   # resets VmHWM to the current resident memory
-  t0=$(now)
+  t0=$EPOCHREALTIME
   ctr_ -n bench snapshots --snapshotter pullgate rm "fill-$((n - 1))"
   settle_gc bench
-  t1=$(now)
+  t1=$EPOCHREALTIME
   peak=$(status VmHWM)
   removed=$((removed + 1))
   # The collection kept every snapshot containerd holds: pullgate's directories say so.

@@ -30,6 +30,23 @@ cd "$here"
 
 step() { printf '\n##### %s\n' "$*"; }
 failed=()
+# What failed, check by check, printed again at the very end (where a CI log's tail shows it).
+details=$(mktemp)
+# run_part NAME CMD...: runs one part of the suite, its output shown as it comes; when it fails,
+# NAME is counted as failed and its failed checks (else its last lines) kept for the end.
+# (Its output goes to a file that is shown as it grows, not through a pipe: a daemon a test
+# leaves behind would hold a pipe open and keep its reader waiting.)
+run_part() {
+  local name=$1 out pid; shift
+  out=$(mktemp)
+  "$@" > "$out" 2>&1 &
+  pid=$!
+  tail -n +1 -s 0.2 -f --pid="$pid" "$out"
+  if wait "$pid"; then rm -f "$out"; return 0; fi
+  failed+=("$name")
+  { printf '\n--- %s\n' "$name"; grep -E '^ *FAIL ' "$out" | head -40 || tail -n 30 "$out"; } >> "$details"
+  rm -f "$out"
+}
 
 step "unit tests"
 cargo test --release --locked 2>&1 | grep -E '^(test |running|test result)|panicked|FAILED' || true
@@ -71,45 +88,45 @@ lane_pid=$!
 # 2.4: the newest containerd 2.x the Go module proxy serves, built from its module by setup.sh.
 for v in 1.6 1.7 2.1 2.4; do
   step "end to end: snapshotter under containerd $v"
-  bash tests/e2e_snapshotter.sh "$v" || failed+=("e2e snapshotter containerd $v")
+  run_part "e2e snapshotter containerd $v" bash tests/e2e_snapshotter.sh "$v"
   # The shipped fragments set content_sharing_policy = "isolated" (every test below runs so
   # unless it says otherwise); the gate's own suite runs under containerd's default "shared"
   # store, where a tenant can adopt any blob by digest and only the gate stands in the way.
   step "end to end: the gate under containerd $v (shared content store)"
-  CONTENT_POLICY=shared bash tests/e2e_gate.sh "$v" || failed+=("e2e gate containerd $v")
+  run_part "e2e gate containerd $v" env CONTENT_POLICY=shared bash tests/e2e_gate.sh "$v"
   step "end to end: attacks on the trust model under containerd $v (isolated content store)"
-  bash tests/e2e_trust.sh "$v" || failed+=("e2e trust containerd $v")
+  run_part "e2e trust containerd $v" bash tests/e2e_trust.sh "$v"
   if [ "$v" = 1.6 ] || [ "$v" = 2.1 ]; then
     step "end to end: attacks on the trust model under containerd $v (shared content store)"
-    CONTENT_POLICY=shared bash tests/e2e_trust.sh "$v" || failed+=("e2e trust containerd $v shared")
+    run_part "e2e trust containerd $v shared" env CONTENT_POLICY=shared bash tests/e2e_trust.sh "$v"
   fi
   step "end to end: an isolated content store without re-downloads under containerd $v"
-  bash tests/e2e_isolated.sh "$v" || failed+=("e2e isolated containerd $v")
+  run_part "e2e isolated containerd $v" bash tests/e2e_isolated.sh "$v"
   step "end to end: Kubernetes through the CRI front under containerd $v"
-  bash tests/e2e_cri.sh "$v" || failed+=("e2e cri containerd $v")
+  run_part "e2e cri containerd $v" bash tests/e2e_cri.sh "$v"
   step "end to end: pullgate doctor against sound and broken containerd configs, version $v"
-  bash tests/e2e_doctor.sh "$v" || failed+=("e2e doctor containerd $v")
+  run_part "e2e doctor containerd $v" bash tests/e2e_doctor.sh "$v"
   step "end to end: operating pullgate (metrics, JSON log and output, password prompt, progress) under containerd $v"
-  bash tests/e2e_ops.sh "$v" || failed+=("e2e ops containerd $v")
+  run_part "e2e ops containerd $v" bash tests/e2e_ops.sh "$v"
   # Real clients, built from their released Go modules by setup.sh (1.7 and 2.1: nerdctl 2.x and
   # critest target containerd 1.7 and later).
   if [ "$v" != 1.6 ]; then
     step "real clients: nerdctl with pullgate as its snapshotter under containerd $v"
-    bash tests/e2e_clients.sh "$v" || failed+=("e2e nerdctl containerd $v")
+    run_part "e2e nerdctl containerd $v" bash tests/e2e_clients.sh "$v"
     step "real clients: crictl through the CRI front and directly under containerd $v"
-    bash tests/e2e_crictl.sh "$v" || failed+=("e2e crictl containerd $v")
+    run_part "e2e crictl containerd $v" bash tests/e2e_crictl.sh "$v"
     step "a real kubelet (v1.37, standalone and with kube-apiserver) through the CRI front under containerd $v"
-    bash tests/e2e_kubelet.sh "$v" || failed+=("e2e kubelet containerd $v")
+    run_part "e2e kubelet containerd $v" bash tests/e2e_kubelet.sh "$v"
     if [ "$v" != 2.4 ]; then   # (time: critest runs under 1.7 and 2.1)
       step "critest (the CRI validation suite) directly and through the CRI front under containerd $v"
-      bash tests/e2e_critest.sh "$v" || failed+=("critest containerd $v")
+      run_part "critest containerd $v" bash tests/e2e_critest.sh "$v"
     fi
   fi
 done
 
 for v in 1.6 2.1; do
   step "crash test under containerd $v: crash points and SIGKILLs of pullgate (and containerd) during pull, verify, unpack and run"
-  bash tests/crash.sh "$v" || failed+=("crash test containerd $v")
+  run_part "crash test containerd $v" bash tests/crash.sh "$v"
 done
 
 wait "$lane_pid" || true
@@ -120,6 +137,7 @@ fi
 rm -rf "$lane"
 
 if [ ${#failed[@]} -gt 0 ]; then
+  if [ -s "$details" ]; then printf '\n##### what failed\n'; cat "$details"; fi
   printf '\nFAILED: %s\n' "${failed[*]}"
   exit 1
 fi

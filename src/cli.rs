@@ -213,8 +213,12 @@ fn init_logging(level: &str, format: crate::config::LogFormat) {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, i32> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
+/// The daemon's runtime has a worker per core; a client command (one request at a time) runs
+/// on the calling thread alone: no worker threads to start and join, which is most of a short
+/// command's own time.
+fn runtime(serve: bool) -> Result<tokio::runtime::Runtime, i32> {
+    let mut b = if serve { tokio::runtime::Builder::new_multi_thread() } else { tokio::runtime::Builder::new_current_thread() };
+    b.enable_all().build().map_err(|e| {
         eprintln!("pullgate: cannot start runtime: {e}");
         EXIT_FAILURE
     })
@@ -605,7 +609,7 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
 
 /// Runs the parsed command; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
-    let rt = match runtime() {
+    let rt = match runtime(matches!(cli.command, Command::Serve { .. })) {
         Ok(rt) => rt,
         Err(code) => return code,
     };

@@ -201,12 +201,13 @@ impl Puller {
         let node = self.node_facts(&cd).await;
         let mut cd = cd.with_blobs(node.blobs.clone());
         stages.done("resolve");
-        let out = self.run_with(req, full, &mut sess, &resolved, &mut cd, &node, &mut stages).await;
+        // Whether the namespace shares its blobs is asked beside the pull (a read of its labels).
+        let asking = Containerd::on(self.channel.clone(), &req.namespace);
+        let (out, warning) = tokio::join!(self.run_with(req, full, &mut sess, &resolved, &mut cd, &node, &mut stages), Self::shareable_warning(&asking, &req.namespace));
         cd.end_lease().await;
         stages.done("end-lease");
         let mut out = out?;
-        out.warnings.extend(Self::shareable_warning(&cd, &req.namespace).await);
-        stages.done("warnings");
+        out.warnings.extend(warning);
         tracing::debug!(namespace = %req.namespace, manifest = %out.manifest, op = if full { "pull" } else { "verify" }, stages = %stages, "stages took");
         Ok(out)
     }
