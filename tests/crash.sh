@@ -178,7 +178,7 @@ while read -r i ns op st inflight <&3; do
   case $op in
     0) again=$(pg pull -n "$ns" --plain-http --user "alice:$PW" "$IMG" 2>&1) || { ok=0; echo "    op $i: pull in $ns failed ($st), and again: ${again:0:300}"; } ;;
     1) again=$(pg verify -n "$ns" --plain-http --user "alice:$PW" "$IMG" 2>&1) || { ok=0; echo "    op $i: verify in $ns failed ($st), and again: ${again:0:300}"; } ;;
-    2) if ctr_ -n "$ns" images ls -q | grep -qxF "$IMG"; then
+    2) if ctr_ -n "$ns" images ls -q | grep -xF "$IMG" >/dev/null; then
          again=$(ctr_ -n "$ns" run --rm --snapshotter pullgate "$IMG" "again$i" 2>&1)
          grep -qF "$LEAK" <<<"$again" || { ok=0; echo "    op $i: run in $ns failed ($st), and again: ${again:0:300}"; }
        elif ! grep -qi "not found" <<<"$out"; then ok=0; echo "    op $i: run in $ns (no image there yet) failed otherwise: ${out:0:300}"; fi ;;

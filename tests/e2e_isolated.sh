@@ -77,9 +77,9 @@ blob_gets() { tail -n +"$(($1 + 1))" "$WORK/registry-t/log" | grep -c '"GET /v2/
 mark() { wc -l < "$WORK/registry-t/log"; }
 # holds_of NS: the verify holds (leases pullgate left on purpose) in NS, one line each.
 holds_of() { ctr_ -n "$1" leases ls 2>/dev/null | grep 'pullgate.io/verified='; }
-hold_expires() { holds_of "$1" | grep -q 'containerd.io/gc.expire='; }
+hold_expires() { holds_of "$1" | grep 'containerd.io/gc.expire=' >/dev/null; }
 # verify_mentions NS WORD CRED: pullgate verify in NS with CRED prints WORD somewhere.
-verify_mentions() { pg verify -n "$1" --plain-http --user "$3" "$IMG" 2>&1 | grep -q "$2"; }
+verify_mentions() { pg verify -n "$1" --plain-http --user "$3" "$IMG" 2>&1 | grep "$2" >/dev/null; }
 
 log "1. A pulls the private image with pullgate and runs it"
 check_out "A's pullgate pull" "$MD" pg pull -n A --plain-http --user "alice:$PW_ALICE" "$IMG"

@@ -170,7 +170,7 @@ YAML
 }
 # pg_log_has WHAT WORD: a line of pullgate's log after line PGMARK says WHAT and WORD.
 PGMARK=0
-pg_log_has() { tail -n +"$((PGMARK + 1))" "$PG/log" | grep -F "$1" | grep -qF "$2"; }
+pg_log_has() { tail -n +"$((PGMARK + 1))" "$PG/log" | grep -F "$1" | grep -F "$2" >/dev/null; }
 
 log "1. standalone kubelet: static pods, the node's credential"
 mkdir -p "$WORK/manifests" "$WORK/kubelet1"

@@ -372,7 +372,7 @@ steal_blob() {
     # A blob in pullgate's public namespace (containerd 1.7+: shareable) is one an origin served
     # without credentials: every namespace may adopt it by digest, by design. Only such blobs
     # are exempt, and only when that namespace lists them.
-    if ctr_ -n pullgate-public content ls -q 2>/dev/null | grep -qxF "$d"; then
+    if ctr_ -n pullgate-public content ls -q 2>/dev/null | grep -xF "$d" >/dev/null; then
       pass "isolated store: $d is public (held in pullgate's public namespace): $ns may adopt it by digest"
     elif ! grep -qxF "$d" <<<"$listed"; then
       ctr_ -n "$ns" content ingest --expected-digest "$d" "steal-$d" <"$WORK/empty" >/dev/null 2>&1
@@ -384,7 +384,7 @@ steal_blob() {
     fi
     # (As below, containerd's GC may take the unreferenced blob before the label: again.)
     for try in 1 2 3 4 5; do
-      ctr_ -n "$ns" content ls -q 2>/dev/null | grep -qxF "$d" || leak_blob "$ns" "$d" || return 1
+      ctr_ -n "$ns" content ls -q 2>/dev/null | grep -xF "$d" >/dev/null || leak_blob "$ns" "$d" || return 1
       ctr_ -n "$ns" content label "$d" containerd.io/gc.root=stolen >/dev/null 2>&1 || continue
       [ -z "$out" ] && return 0
       ctr_ -n "$ns" content get "$d" >"$out" 2>/dev/null && return 0
@@ -444,7 +444,7 @@ image_unpacked() {
     echo "images check: ${line:-no line for $im}"; return 1
   fi
   chain=$(image_top_chain "$ns" "$im") || { echo "no top chain for $im"; return 1; }
-  ctr_ -n "$ns" snapshots --snapshotter pullgate info "$chain" 2>&1 | grep -q '"Kind": "Committed"' \
+  ctr_ -n "$ns" snapshots --snapshotter pullgate info "$chain" 2>&1 | grep '"Kind": "Committed"' >/dev/null \
     || { echo "top chain $chain is not a committed snapshot in $ns"; return 1; }
 }
 

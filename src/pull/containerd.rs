@@ -741,12 +741,16 @@ impl ContentWriter {
     }
 
     /// A request at the current offset (containerd truncates an ingest when told offset 0).
+    /// The expected digest goes with the commit alone, where containerd checks the bytes
+    /// against it: named when the ingest opens, it would make containerd look through every
+    /// namespace for a shareable one holding the blob (under an isolated store), and named with
+    /// each chunk, look the blob up again per chunk.
     fn message(&self, action: WriteAction, data: Vec<u8>, labels: HashMap<String, String>) -> WriteContentRequest {
         WriteContentRequest {
             action: action as i32,
             r#ref: self.r#ref.clone(),
             total: self.size as i64,
-            expected: self.digest.clone(),
+            expected: if action == WriteAction::Commit { self.digest.clone() } else { String::new() },
             offset: self.offset as i64,
             data,
             labels,
