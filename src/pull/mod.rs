@@ -346,19 +346,62 @@ impl Puller {
             out.held_until = self.hold(&image, &got, &out.manifest, cd).await;
             return Ok(out);
         }
-        let target = self.store_image_content(&image, resolved, &diff_ids, &who, req.for_pods, cd).await?;
-        crate::crashpoint::hit("pull.labelled");
-        stages.done("store");
-        self.unpack(req, &image, &diff_ids, cd, &mut out).await?;
-        stages.done("unpack");
-        cd.put_image(&image.name, target.clone(), req.image_labels.clone()).await?;
-        for name in &req.extra_names {
-            let name = name.replace("{digest}", &target.digest).replace("{config}", &image.config.digest);
-            cd.put_image(&name, target.clone(), req.image_labels.clone()).await?;
+        let deferred = std::mem::take(&mut got.deferred);
+        let (adopting, mut ready) = Self::adopt_beside(&deferred, cd, &who);
+        let (missed, done) = tokio::join!(adopting, async {
+            let target = self.store_image_content(&image, resolved, &diff_ids, &who, req.for_pods, cd).await?;
+            crate::crashpoint::hit("pull.labelled");
+            stages.done("store");
+            self.unpack(req, &image, &diff_ids, cd, sess, &mut ready, &mut out).await?;
+            stages.done("unpack");
+            cd.put_image(&image.name, target.clone(), req.image_labels.clone()).await?;
+            for name in &req.extra_names {
+                let name = name.replace("{digest}", &target.digest).replace("{config}", &image.config.digest);
+                cd.put_image(&name, target.clone(), req.image_labels.clone()).await?;
+            }
+            Ok::<_, PullError>(target)
+        });
+        out.target = Some(done?);
+        // A layer containerd no longer had to adopt (and the unpack did not need) comes from
+        // the origin, as it would have without the wait.
+        for b in deferred.iter().filter(|b| missed.contains(&b.digest)) {
+            if !cd.has_content(&b.digest).await? {
+                let verified = Self::fetch(sess, cd, b, true, false, &who).await?;
+                debug_assert!(verified.is_none());
+                out.downloaded.push(b.digest.clone());
+            }
         }
-        out.target = Some(target);
         stages.done("images");
         Ok(out)
+    }
+
+    /// Adopts `blobs` into the namespace (a shared content store) together, each with its
+    /// origin labels; returns that work and, per blob, where its outcome is told (true: the
+    /// namespace holds it). The work's own answer lists the blobs not adopted.
+    #[allow(clippy::type_complexity)]
+    fn adopt_beside<'a>(
+        blobs: &'a [Blob],
+        cd: &'a Containerd,
+        who: &'a HashMap<String, String>,
+    ) -> (impl std::future::Future<Output = Vec<String>> + 'a, HashMap<String, tokio::sync::oneshot::Receiver<bool>>) {
+        let mut ready = HashMap::new();
+        let mut jobs = Vec::new();
+        for b in blobs {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            ready.insert(b.digest.clone(), rx);
+            jobs.push(async move {
+                let adopted = match cd.adopt_content(&b.digest, b.size, who).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(digest = %b.digest, error = %e, "cannot adopt the blob; fetching it from the origin");
+                        false
+                    }
+                };
+                let _ = tx.send(adopted);
+                (!adopted).then(|| b.digest.clone())
+            });
+        }
+        (async move { futures_util::future::join_all(jobs).await.into_iter().flatten().collect() }, ready)
     }
 
     /// What the ledger already knows of the image's blobs, read once.
@@ -440,7 +483,17 @@ impl Puller {
         // containerd's, and their round-trips overlap. A blob containerd no longer has is left
         // to the loop below (fetched).
         if got.needs_content && shared == Some(true) {
-            let wanted: Vec<&Blob> = image.all().zip(&facts.served).filter(|(b, served)| **served && !got.present.contains(&b.digest)).map(|(b, _)| b).collect();
+            let mut wanted: Vec<&Blob> = image.all().zip(&facts.served).filter(|(b, served)| **served && !got.present.contains(&b.digest)).map(|(b, _)| b).collect();
+            // A pull of a manifest pullgate recorded, whose layers it paired: nothing before the
+            // grant reads those layers' bytes, so they are adopted beside the unpack
+            // (`adopt_beside`), which waits for a layer only if it must apply it.
+            if full && facts.known.is_some() {
+                let (later, now): (Vec<&Blob>, Vec<&Blob>) = wanted.into_iter().partition(|b| {
+                    b.digest != image.config.digest && image.layers.iter().position(|l| l.digest == b.digest).is_some_and(|i| facts.paired[i].is_some())
+                });
+                got.deferred = later.into_iter().cloned().collect();
+                wanted = now;
+            }
             let mut adoptions = Vec::new();
             for b in &wanted {
                 adoptions.push(cd.adopt_content(&b.digest, b.size, who));
@@ -454,6 +507,9 @@ impl Puller {
             }
         }
         for (i, (b, served_here)) in image.all().zip(facts.served.iter().copied()).enumerate() {
+            if got.deferred.iter().any(|d| d.digest == b.digest) {
+                continue;
+            }
             let in_ns = got.present.contains(&b.digest);
             let need_content = full || (i == 0 && facts.known.is_none());
             let hash = needs_hash(i);
@@ -753,7 +809,17 @@ impl Puller {
     /// Unpacks into pullgate through containerd (the gate sees these Prepares). Each step is
     /// registered as pullgate's own, so that, once its applied layer matches the blob's verified
     /// layer ID, the snapshotter records the committed chain as one other namespaces may adopt.
-    async fn unpack(&self, req: &Request, image: &Image, diff_ids: &[String], cd: &Containerd, out: &mut Outcome) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    async fn unpack(
+        &self,
+        req: &Request,
+        image: &Image,
+        diff_ids: &[String],
+        cd: &Containerd,
+        sess: &Session,
+        ready: &mut HashMap<String, tokio::sync::oneshot::Receiver<bool>>,
+        out: &mut Outcome,
+    ) -> Result<()> {
         let sn = &self.snapshotter_name;
         let chains = ledger::chain_ids(diff_ids);
         for (i, b) in image.layers.iter().enumerate() {
@@ -774,6 +840,18 @@ impl Puller {
                 out.adopted += 1;
                 continue;
             };
+            // A layer still being adopted beside the unpack is waited for; one not adopted is
+            // fetched from the origin first (the apply reads it in the namespace).
+            if let Some(rx) = ready.remove(&b.digest) {
+                if !rx.await.unwrap_or(false) && !cd.has_content(&b.digest).await? {
+                    let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&out.identity))]);
+                    if let Err(e) = Self::fetch(&mut sess.clone(), cd, b, true, false, &who).await {
+                        cd.remove_snapshot(sn, &key).await;
+                        return Err(e);
+                    }
+                    out.downloaded.push(b.digest.clone());
+                }
+            }
             let desc = Descriptor { media_type: b.media_type.clone(), digest: b.digest.clone(), size: b.size as i64, annotations: HashMap::new() };
             let applied = match cd.apply(desc, mounts).await {
                 Ok(a) => a,
@@ -1017,6 +1095,8 @@ struct Gathered {
     to_copy: Vec<(Blob, String, bool)>,
     /// Layer IDs computed from blobs' bytes in this pull.
     verified: Vec<Verified>,
+    /// Layers a pull adopts beside its unpack (a shared content store; `adopt_beside`).
+    deferred: Vec<Blob>,
     /// The config's bytes, read in another namespace (a manifest pullgate never recorded, whose
     /// config the namespace lacks).
     config: Option<Vec<u8>>,
