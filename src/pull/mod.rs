@@ -822,16 +822,20 @@ impl Puller {
     ) -> Result<()> {
         let sn = &self.snapshotter_name;
         let chains = ledger::chain_ids(diff_ids);
+        // Once a chain is missing here, so is every chain above it (containerd keeps no
+        // snapshot without its parent): they are not looked for.
+        let mut missing = false;
         for (i, b) in image.layers.iter().enumerate() {
             let chain = &chains[i];
             // A chain found here is held, then looked for again: it stays until the image holds
             // it. One made below is made under the lease.
-            if cd.snapshot_exists(sn, chain).await? {
+            if !missing && cd.snapshot_exists(sn, chain).await? {
                 cd.hold_snapshot(sn, chain).await?;
                 if cd.snapshot_exists(sn, chain).await? {
                     continue;
                 }
             }
+            missing = true;
             let parent = if i == 0 { "" } else { chains[i - 1].as_str() };
             let labels = HashMap::from([(SNAPSHOT_REF_LABEL.to_string(), chain.clone())]);
             let key = format!("extract-{} {chain}", uuid::Uuid::new_v4().simple());
