@@ -218,7 +218,7 @@ NS_SCALE=${NS_SCALE:-"1000 10000"}
 # shareable public namespace (`ctr content ingest` with the expected digest and no bytes), which
 # containerd answers after looking through every namespace for a shareable holder.
 : > "$WORK/empty"   # (a regular file: ctr's ingest seeks in its input)
-PUBBLOB=$(python3 -c 'import json,sys; d=sys.argv[1]; i=json.load(open(d+"/index.json")); m=json.load(open(d+"/blobs/sha256/"+i["manifests"][0]["digest"].split(":")[1])); print(m["layers"][-1]["digest"])' "$WORK/pubbase")
+PUBBLOB=$(python3 -c 'import json,sys; d=sys.argv[1]; i=json.load(open(d+"/index.json")); m=json.load(open(d+"/blobs/sha256/"+i["manifests"][0]["digest"].split(":")[1])); print(m["layers"][0]["digest"])' "$WORK/pubbase")
 scale_run() { # LABEL
   local i t0 t1
   for i in $(seq 1 "$REPS"); do
