@@ -601,6 +601,28 @@ check_out "and runs it without any grant" "probed app" run_img PR5 pr5 "$PROBED"
 check_no_grants "PR5 holds no grant" PR5
 restart_pullgate "" || exit 1
 
+log "13. a layer blob the node lost: a new tenant's pull adopts the chain and fetches that blob alone"
+# Under the shared store a pull of a manifest pullgate recorded adopts its layer blobs beside the
+# unpack; one containerd no longer has comes from the origin.
+LOSTMD=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$WORK/unprobed")
+LOST=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]+"/blobs/sha256/"+sys.argv[2].split(":")[1])); print(m["layers"][-1]["digest"])' "$WORK/unprobed" "$LOSTMD")
+for ns in $(ctr_ namespaces ls -q); do ctr_ -n "$ns" content rm "$LOST" >/dev/null 2>&1; done
+settle_gc PR2
+held=$(for ns in $(ctr_ namespaces ls -q); do ctr_ -n "$ns" content ls -q | grep -xF "$LOST"; done | wc -l)
+check "(precondition) no namespace holds the top layer's blob any more ($held)" test "$held" = 0
+: > "$WORK/empty"
+ctr_ -n LOSTP content ingest --expected-digest "$LOST" "adopt-lost" <"$WORK/empty" >/dev/null 2>&1
+check_err "(precondition) and containerd no longer has it to adopt (an ingest by digest in LOSTP adopts nothing)" "not found" ctr_ -n LOSTP content get "$LOST"
+mark=$(wc -l < "$WORK/registry-t/log")
+out=$(pg pull -n LOSTL --plain-http --user "alice:$PW_ALICE" "$UNPROBED" 2>&1); rc=$?
+check "LOSTL's pullgate pull succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
+check "it downloaded that one blob and adopted every chain ($(grep -o '[0-9]* blob(s) downloaded.*' <<<"$out"))" \
+  grep -qE "^identity [^,]*, 1 blob\(s\) downloaded, 0 copied from the node, 0 layer\(s\) extracted, [1-9][0-9]* adopted" <<<"$out"
+gets=$(tail -n +"$((mark + 1))" "$WORK/registry-t/log" | grep -c '"GET /v2/[^ ]*/blobs/')
+check "the registry served one blob ($gets), the lost one" bash -c '[ "$1" = 1 ] && tail -n +"$(($2 + 1))" "$3" | grep "\"GET /v2/[^ ]*/blobs/$4" >/dev/null' _ "$gets" "$mark" "$WORK/registry-t/log" "$LOST"
+check "LOSTL holds it again with its exact bytes" bash -c "$(printf '%q ' "${CTR[@]}") -n LOSTL content get '$LOST' | sha256sum | grep -q '^${LOST#sha256:} '"
+check_out "LOSTL runs the image" "unprobed app" run_img LOSTL lostl1 "$UNPROBED"
+
 log "concurrency: pulls, verifies, runs and revokes racing in the same 8 namespaces (32 at once)"
 prep=""
 for k in 0 1 2 3 4 5 6 7; do pg pull -n "K$k" --plain-http --user "bob:$PW_BOB" "$TPRIV" >/dev/null 2>&1 || prep+=" K$k"; done

@@ -802,9 +802,19 @@ impl ContentWriter {
         match task {
             Some(t) => match t.await {
                 Ok(r) => match r {
-                    Err(e) if e.code == Code::AlreadyExists && labels.is_empty() => Ok(()),
+                    // Committed meanwhile by another writer in the namespace: containerd said so
+                    // at the commit without putting it under this lease, so it is held here (as
+                    // the pull's own would be) before it is labelled; gone by then, it fails.
                     Err(e) if e.code == Code::AlreadyExists => {
                         let c = Containerd { channel: self.channel.clone(), namespace: self.namespace.clone(), lease: self.lease.clone(), blobs: None };
+                        c.hold_content(&[self.digest.as_str()]).await?;
+                        if labels.is_empty() {
+                            return c.has_content(&self.digest).await?.then_some(()).ok_or_else(|| ContainerdError {
+                                context: format!("write content {}", self.digest),
+                                status: "committed by another writer, then gone".into(),
+                                code: Code::NotFound,
+                            });
+                        }
                         c.label_content(&self.digest, &labels).await
                     }
                     other => other,

@@ -348,60 +348,62 @@ impl Puller {
         }
         let deferred = std::mem::take(&mut got.deferred);
         let (adopting, mut ready) = Self::adopt_beside(&deferred, cd, &who);
-        let (missed, done) = tokio::join!(adopting, async {
+        let (adopted, done) = tokio::join!(adopting, async {
             let target = self.store_image_content(&image, resolved, &diff_ids, &who, req.for_pods, cd).await?;
             crate::crashpoint::hit("pull.labelled");
             stages.done("store");
             self.unpack(req, &image, &diff_ids, cd, sess, &mut ready, &mut out).await?;
             stages.done("unpack");
-            cd.put_image(&image.name, target.clone(), req.image_labels.clone()).await?;
-            for name in &req.extra_names {
-                let name = name.replace("{digest}", &target.digest).replace("{config}", &image.config.digest);
-                cd.put_image(&name, target.clone(), req.image_labels.clone()).await?;
-            }
             Ok::<_, PullError>(target)
         });
-        out.target = Some(done?);
+        let (target, missed) = (done?, adopted?);
         // A layer containerd no longer had to adopt (and the unpack did not need) comes from
-        // the origin, as it would have without the wait.
+        // the origin, as it would have without the wait, before any image record names it.
         for b in deferred.iter().filter(|b| missed.contains(&b.digest)) {
             if !cd.has_content(&b.digest).await? {
-                let verified = Self::fetch(sess, cd, b, true, false, &who).await?;
-                debug_assert!(verified.is_none());
+                Self::fetch(sess, cd, b, true, false, &who).await?;
                 out.downloaded.push(b.digest.clone());
             }
         }
+        cd.put_image(&image.name, target.clone(), req.image_labels.clone()).await?;
+        for name in &req.extra_names {
+            let name = name.replace("{digest}", &target.digest).replace("{config}", &image.config.digest);
+            cd.put_image(&name, target.clone(), req.image_labels.clone()).await?;
+        }
+        out.target = Some(target);
         stages.done("images");
         Ok(out)
     }
 
     /// Adopts `blobs` into the namespace (a shared content store) together, each with its
     /// origin labels; returns that work and, per blob, where its outcome is told (true: the
-    /// namespace holds it). The work's own answer lists the blobs not adopted.
+    /// namespace holds it). The work's own answer lists the blobs containerd no longer had, or
+    /// fails as the first failed adoption did (as an adoption before the grant would).
     #[allow(clippy::type_complexity)]
     fn adopt_beside<'a>(
         blobs: &'a [Blob],
         cd: &'a Containerd,
         who: &'a HashMap<String, String>,
-    ) -> (impl std::future::Future<Output = Vec<String>> + 'a, HashMap<String, tokio::sync::oneshot::Receiver<bool>>) {
+    ) -> (impl std::future::Future<Output = Result<Vec<String>>> + 'a, HashMap<String, tokio::sync::oneshot::Receiver<bool>>) {
         let mut ready = HashMap::new();
         let mut jobs = Vec::new();
         for b in blobs {
             let (tx, rx) = tokio::sync::oneshot::channel();
             ready.insert(b.digest.clone(), rx);
             jobs.push(async move {
-                let adopted = match cd.adopt_content(&b.digest, b.size, who).await {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(digest = %b.digest, error = %e, "cannot adopt the blob; fetching it from the origin");
-                        false
-                    }
-                };
-                let _ = tx.send(adopted);
-                (!adopted).then(|| b.digest.clone())
+                let adopted = cd.adopt_content(&b.digest, b.size, who).await;
+                let _ = tx.send(matches!(adopted, Ok(true)));
+                adopted.map(|a| (!a).then(|| b.digest.clone()))
             });
         }
-        (async move { futures_util::future::join_all(jobs).await.into_iter().flatten().collect() }, ready)
+        let work = async move {
+            let mut missed = Vec::new();
+            for r in futures_util::future::join_all(jobs).await {
+                missed.extend(r?);
+            }
+            Ok(missed)
+        };
+        (work, ready)
     }
 
     /// What the ledger already knows of the image's blobs, read once.
@@ -847,13 +849,21 @@ impl Puller {
             // A layer still being adopted beside the unpack is waited for; one not adopted is
             // fetched from the origin first (the apply reads it in the namespace).
             if let Some(rx) = ready.remove(&b.digest) {
-                if !rx.await.unwrap_or(false) && !cd.has_content(&b.digest).await? {
+                if !rx.await.unwrap_or(false) {
                     let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&out.identity))]);
-                    if let Err(e) = Self::fetch(&mut sess.clone(), cd, b, true, false, &who).await {
-                        cd.remove_snapshot(sn, &key).await;
-                        return Err(e);
+                    let fetched = match cd.has_content(&b.digest).await {
+                        Ok(true) => Ok(false),
+                        Ok(false) => Self::fetch(&mut sess.clone(), cd, b, true, false, &who).await.map(|_| true),
+                        Err(e) => Err(e.into()),
+                    };
+                    match fetched {
+                        Ok(true) => out.downloaded.push(b.digest.clone()),
+                        Ok(false) => {}
+                        Err(e) => {
+                            cd.remove_snapshot(sn, &key).await;
+                            return Err(e);
+                        }
                     }
-                    out.downloaded.push(b.digest.clone());
                 }
             }
             let desc = Descriptor { media_type: b.media_type.clone(), digest: b.digest.clone(), size: b.size as i64, annotations: HashMap::new() };
