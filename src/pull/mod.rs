@@ -486,12 +486,20 @@ impl Puller {
         // to the loop below (fetched).
         if got.needs_content && shared == Some(true) {
             let mut wanted: Vec<&Blob> = image.all().zip(&facts.served).filter(|(b, served)| **served && !got.present.contains(&b.digest)).map(|(b, _)| b).collect();
-            // A pull of a manifest pullgate recorded, whose layers it paired: nothing before the
-            // grant reads those layers' bytes, so they are adopted beside the unpack
-            // (`adopt_beside`), which waits for a layer only if it must apply it.
-            if full && facts.known.is_some() {
+            // A pull of a manifest pullgate recorded, whose layers it paired and whose chains it
+            // holds unpacked: nothing before the grant reads those layers' bytes, and the unpack
+            // adopts the chains, so they are adopted beside the unpack (`adopt_beside`), which
+            // waits for a layer only if it must apply it after all. (A layer whose chain is not
+            // held is needed by the unpack: it is gathered now, with the others' downloads.)
+            if let (true, Some(known)) = (full, &facts.known) {
+                let chains = ledger::chain_ids(&known.diff_ids);
+                let mut held = Vec::with_capacity(chains.len());
+                for c in &chains {
+                    held.push(self.snap.holds_own_chain(c)?);
+                }
                 let (later, now): (Vec<&Blob>, Vec<&Blob>) = wanted.into_iter().partition(|b| {
-                    b.digest != image.config.digest && image.layers.iter().position(|l| l.digest == b.digest).is_some_and(|i| facts.paired[i].is_some())
+                    b.digest != image.config.digest
+                        && image.layers.iter().position(|l| l.digest == b.digest).is_some_and(|i| facts.paired[i].is_some() && held.get(i) == Some(&true))
                 });
                 got.deferred = later.into_iter().cloned().collect();
                 wanted = now;

@@ -763,6 +763,19 @@ impl Snapshotter {
         }
     }
 
+    /// Whether pullgate holds layer chain `chain` committed as its own pull unpacked it (an
+    /// unpack that reaches it adopts it, without the layer's blob).
+    pub fn holds_own_chain(&self, chain: &str) -> std::result::Result<bool, StoreError> {
+        self.store.read(|tx| -> std::result::Result<bool, StoreError> {
+            for (k, r) in tx.with_ref(chain)? {
+                if r.kind == Kind::Committed && tx.own_chain(&k)?.as_deref() == Some(chain) {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })
+    }
+
     /// A committed snapshot on `parent` that pullgate's own pull unpacked as chain `target`
     /// and labelled so (containerd's adoption looks it up by the label).
     fn find_own_chain(tx: &crate::metastore::ReadTx, target: &str, parent: &str) -> Result<Option<String>> {
