@@ -330,7 +330,19 @@ impl Puller {
         let diff_ids = self.check_claims(&image, &facts, &got, cd).await?;
         let public = self.probe_public(&image, &diff_ids, &identity, sess).await;
         stages.done("check");
-        self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity)?;
+        let (present, recorded) = tokio::join!(
+            async {
+                match got.present_later {
+                    true => cd.present(&image.digests()).await.map(Some),
+                    false => Ok(None),
+                }
+            },
+            async { self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity) }
+        );
+        recorded?;
+        if let Some(p) = present? {
+            got.present = p;
+        }
         stages.done("record");
         self.place(&mut got, sess, cd, &placing, (!full).then_some(out.manifest.as_str()), req.progress.as_deref()).await?;
         self.remember_holder(&req.namespace, &got.present);
@@ -457,6 +469,10 @@ impl Puller {
                 let still = cd.present(&found).await?;
                 got.present = digests.iter().filter(|d| still.contains(**d)).map(|d| d.to_string()).collect();
             }
+        } else if placing.shared == Some(true) {
+            // A verify under a shared store places nothing, whatever the namespace holds: what it
+            // holds is asked beside the ledger's commit (`record`), for the labels and the hold.
+            got.present_later = true;
         } else {
             got.present = cd.present(&digests).await?;
         }
@@ -1119,6 +1135,9 @@ struct Gathered {
     verified: Vec<Verified>,
     /// Layers a pull adopts beside its unpack (a shared content store; `adopt_beside`).
     deferred: Vec<Blob>,
+    /// What the namespace holds is asked beside the ledger's commit (a verify under a shared
+    /// store, which places nothing).
+    present_later: bool,
     /// The config's bytes, read in another namespace (a manifest pullgate never recorded, whose
     /// config the namespace lacks).
     config: Option<Vec<u8>>,
