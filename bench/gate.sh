@@ -16,7 +16,8 @@
 #      namespace, private ones copied) against containerd's own isolated pull; then verify and
 #      pull at 1, 1,000 and 10,000 namespaces
 #   5. ctr run --rm latency: gate on (grant checked) vs NeverVerify vs overlayfs, interleaved
-# Usage: sudo bench/gate.sh   (REPS, RUNS, NS_COUNT override the repetitions)
+# Usage: sudo bench/gate.sh   (REPS, RUNS, NS_COUNT override the repetitions; NS_SCALE the namespace
+#        counts of section 4, "1000 10000" by default, empty for none)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/bench/lib.sh"
@@ -213,7 +214,7 @@ printf 'pullgate pull / isolated pull: %.2f (target <= 0.25); copied %s bytes, t
 
 # Verify and pull of the application in a new namespace with 1, 1,000 and 10,000 namespaces
 # on the node (empty ones: what costs is asking each for blobs).
-NS_SCALE=${NS_SCALE:-"1000 10000"}
+NS_SCALE=${NS_SCALE-"1000 10000"}   # (NS_SCALE= alone: no scaling)
 # containerd's own part, apart: a new namespace adopting one public blob by its digest from the
 # shareable public namespace (`ctr content ingest` with the expected digest and no bytes), which
 # containerd answers after looking through every namespace for a shareable holder.
