@@ -112,7 +112,7 @@ impl Reference {
             }
             _ => (path, None),
         };
-        if repo.is_empty() || repo.len() > 255 || !repo.split('/').all(|c| is_path_component(c)) {
+        if repo.is_empty() || repo.len() > 255 || !repo.split('/').all(is_path_component) {
             return bad("repository path must be lowercase components [a-z0-9] separated by / . _ -");
         }
         Ok(Reference { host: host.to_string(), repo: repo.to_string(), tag, digest })

@@ -364,7 +364,7 @@ impl Puller {
             let target = self.store_image_content(&image, resolved, &diff_ids, &who, req.for_pods, cd).await?;
             crate::crashpoint::hit("pull.labelled");
             stages.done("store");
-            self.unpack(req, &image, &diff_ids, cd, sess, &mut ready, &mut out).await?;
+            self.unpack(req, &image, &diff_ids, cd, sess, &who, &mut ready, &mut out).await?;
             stages.done("unpack");
             Ok::<_, PullError>(target)
         });
@@ -372,8 +372,7 @@ impl Puller {
         // A layer containerd no longer had to adopt (and the unpack did not need) comes from
         // the origin, as it would have without the wait, before any image record names it.
         for b in deferred.iter().filter(|b| missed.contains(&b.digest)) {
-            if !cd.has_content(&b.digest).await? {
-                Self::fetch(sess, cd, b, true, false, &who).await?;
+            if Self::fetch_if_missing(sess, cd, b, &who).await? {
                 out.downloaded.push(b.digest.clone());
             }
         }
@@ -416,6 +415,16 @@ impl Puller {
             Ok(missed)
         };
         (work, ready)
+    }
+
+    /// A layer adopted beside the unpack that the namespace still lacks: fetched from the
+    /// origin and kept (labelled `who`). True when it was fetched.
+    async fn fetch_if_missing(sess: &mut Session, cd: &Containerd, b: &Blob, who: &HashMap<String, String>) -> Result<bool> {
+        if cd.has_content(&b.digest).await? {
+            return Ok(false);
+        }
+        Self::fetch(sess, cd, b, true, false, who).await?;
+        Ok(true)
     }
 
     /// What the ledger already knows of the image's blobs, read once.
@@ -508,11 +517,7 @@ impl Puller {
             // waits for a layer only if it must apply it after all. (A layer whose chain is not
             // held is needed by the unpack: it is gathered now, with the others' downloads.)
             if let (true, Some(known)) = (full, &facts.known) {
-                let chains = ledger::chain_ids(&known.diff_ids);
-                let mut held = Vec::with_capacity(chains.len());
-                for c in &chains {
-                    held.push(self.snap.holds_own_chain(c)?);
-                }
+                let held = self.snap.holds_own_chains(&ledger::chain_ids(&known.diff_ids))?;
                 let (later, now): (Vec<&Blob>, Vec<&Blob>) = wanted.into_iter().partition(|b| {
                     b.digest != image.config.digest
                         && image.layers.iter().position(|l| l.digest == b.digest).is_some_and(|i| facts.paired[i].is_some() && held.get(i) == Some(&true))
@@ -843,6 +848,7 @@ impl Puller {
         diff_ids: &[String],
         cd: &Containerd,
         sess: &Session,
+        who: &HashMap<String, String>,
         ready: &mut HashMap<String, tokio::sync::oneshot::Receiver<bool>>,
         out: &mut Outcome,
     ) -> Result<()> {
@@ -874,13 +880,7 @@ impl Puller {
             // fetched from the origin first (the apply reads it in the namespace).
             if let Some(rx) = ready.remove(&b.digest) {
                 if !rx.await.unwrap_or(false) {
-                    let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&out.identity))]);
-                    let fetched = match cd.has_content(&b.digest).await {
-                        Ok(true) => Ok(false),
-                        Ok(false) => Self::fetch(&mut sess.clone(), cd, b, true, false, &who).await.map(|_| true),
-                        Err(e) => Err(e.into()),
-                    };
-                    match fetched {
+                    match Self::fetch_if_missing(&mut sess.clone(), cd, b, who).await {
                         Ok(true) => out.downloaded.push(b.digest.clone()),
                         Ok(false) => {}
                         Err(e) => {

@@ -763,24 +763,23 @@ impl Snapshotter {
         }
     }
 
-    /// Whether pullgate holds layer chain `chain` committed as its own pull unpacked it (an
-    /// unpack that reaches it adopts it, without the layer's blob).
-    pub fn holds_own_chain(&self, chain: &str) -> std::result::Result<bool, StoreError> {
-        self.store.read(|tx| -> std::result::Result<bool, StoreError> {
-            for (k, r) in tx.with_ref(chain)? {
-                if r.kind == Kind::Committed && tx.own_chain(&k)?.as_deref() == Some(chain) {
-                    return Ok(true);
-                }
-            }
-            Ok(false)
-        })
+    /// For each layer chain, whether pullgate holds it committed as its own pull unpacked it,
+    /// on any parent (an unpack that reaches it adopts it, without the layer's blob); one read.
+    pub fn holds_own_chains(&self, chains: &[String]) -> std::result::Result<Vec<bool>, StoreError> {
+        self.store.read(|tx| chains.iter().map(|c| Self::own_chain_on(tx, c, None).map(|k| k.is_some())).collect())
     }
 
     /// A committed snapshot on `parent` that pullgate's own pull unpacked as chain `target`
     /// and labelled so (containerd's adoption looks it up by the label).
     fn find_own_chain(tx: &crate::metastore::ReadTx, target: &str, parent: &str) -> Result<Option<String>> {
+        Ok(Self::own_chain_on(tx, target, Some(parent))?)
+    }
+
+    /// The key of a committed snapshot pullgate's own pull unpacked as chain `target`, on
+    /// `parent` (any parent with None).
+    fn own_chain_on(tx: &crate::metastore::ReadTx, target: &str, parent: Option<&str>) -> std::result::Result<Option<String>, StoreError> {
         for (k, r) in tx.with_ref(target)? {
-            if r.kind == Kind::Committed && r.parent == parent && tx.own_chain(&k)?.as_deref() == Some(target) {
+            if r.kind == Kind::Committed && parent.is_none_or(|p| r.parent == p) && tx.own_chain(&k)?.as_deref() == Some(target) {
                 return Ok(Some(k));
             }
         }
