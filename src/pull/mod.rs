@@ -337,7 +337,7 @@ impl Puller {
                     false => Ok(None),
                 }
             },
-            async { self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity) }
+            self.record(req, &image, &got, &diff_ids, &public, &out.manifest, &identity)
         );
         recorded?;
         if let Some(p) = present? {
@@ -732,7 +732,10 @@ impl Puller {
 
     /// One ledger transaction: pairings, origins, manifest, layers, chains, grant.
     #[allow(clippy::too_many_arguments)]
-    fn record(&self, req: &Request, image: &Image, got: &Gathered, diff_ids: &[String], public: &[String], manifest: &str, identity: &str) -> Result<()> {
+    /// Writes the grant and what this pull established (pairings, origins, the manifest, the
+    /// public blobs) in one fsync'd ledger commit, on the blocking pool: the commit must not
+    /// hold a runtime worker, or the containerd request `run_with` sends beside it waits for it.
+    async fn record(&self, req: &Request, image: &Image, got: &Gathered, diff_ids: &[String], public: &[String], manifest: &str, identity: &str) -> Result<()> {
         let now = now_nanos();
         let rec = ManifestRec {
             config: image.config.digest.clone(),
@@ -741,21 +744,31 @@ impl Puller {
             origins: BTreeSet::from([image.origin.clone()]),
             names: BTreeSet::from([ledger::name_entry(&image.origin, &image.name)]),
         };
-        self.snap.store().write(|tx| -> std::result::Result<(), LedgerError> {
-            for v in &got.verified {
-                ledger::record_pairing(tx, v)?;
-            }
-            for d in &got.newly_served {
-                ledger::record_blob(tx, d, &image.origin, identity, now)?;
-            }
-            ledger::record_manifest(tx, manifest, &rec)?;
-            for d in public {
-                ledger::mark_public(tx, d)?;
-            }
-            ledger::put_grant(tx, &req.namespace, &req.principal, &image.origin, manifest, identity, now)?;
-            crate::crashpoint::hit("ledger.grant-staged");
-            Ok(())
-        })?;
+        let (snap, verified, served, public) = (self.snap.clone(), got.verified.clone(), got.newly_served.clone(), public.to_vec());
+        let (ns, principal, origin, manifest, identity) =
+            (req.namespace.clone(), req.principal.clone(), image.origin.clone(), manifest.to_string(), identity.to_string());
+        let write = move || {
+            snap.store().write(|tx| -> std::result::Result<(), LedgerError> {
+                for v in &verified {
+                    ledger::record_pairing(tx, v)?;
+                }
+                for d in &served {
+                    ledger::record_blob(tx, d, &origin, &identity, now)?;
+                }
+                ledger::record_manifest(tx, &manifest, &rec)?;
+                for d in &public {
+                    ledger::mark_public(tx, d)?;
+                }
+                ledger::put_grant(tx, &ns, &principal, &origin, &manifest, &identity, now)?;
+                crate::crashpoint::hit("ledger.grant-staged");
+                Ok(())
+            })
+        };
+        match tokio::task::spawn_blocking(write).await {
+            Ok(r) => r?,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => return Err(StoreError::Db(redb::Error::Io(std::io::Error::other(format!("the ledger's commit did not run: {e}")))).into()),
+        }
         crate::crashpoint::hit("pull.granted");
         Ok(())
     }
