@@ -83,7 +83,10 @@ impl Collection {
             Collection::Manifests => TableDefinition::new("ledger_manifests"),
             Collection::Layers => TableDefinition::new("ledger_layers"),
             Collection::Chains => TableDefinition::new("ledger_chains"),
-            Collection::Grants => TableDefinition::new("ledger_grants"),
+            // "_v2": layers as one byte string (`ledger::Grant`); `ledger_grants`, the earlier
+            // layout, is moved here by `ledger::upgrade`. A table holds one layout only, so no
+            // version of pullgate reads a grant in the other's layout.
+            Collection::Grants => TableDefinition::new("ledger_grants_v2"),
             Collection::Protected => TableDefinition::new("ledger_protected"),
             Collection::Pairings => TableDefinition::new("ledger_pairings"),
             Collection::ProtectedLog => TableDefinition::new("ledger_protected_log"),
@@ -363,6 +366,23 @@ impl WriteTx {
     }
     pub fn delete_val(&mut self, c: Collection, k: &str) -> Result<bool, StoreError> {
         Ok(self.0.open_table(c.def())?.remove(k)?.is_some())
+    }
+
+    /// Writes `v` into a table by `name`, as an earlier version wrote it (tests of upgrades).
+    #[cfg(test)]
+    pub fn put_retired<V: Serialize>(&mut self, name: &str, k: &str, v: &V) -> Result<(), StoreError> {
+        let bytes = encode(k, v)?;
+        self.0.open_table(TableDefinition::<&str, &[u8]>::new(name))?.insert(k, bytes.as_slice())?;
+        Ok(())
+    }
+
+    /// Every value of the table an earlier version named `name` (none if it has no such
+    /// table), decoded as `V`; the table is deleted. For one-time upgrades.
+    pub fn take_retired<V: serde::de::DeserializeOwned>(&mut self, name: &str) -> Result<Vec<(String, V)>, StoreError> {
+        let def: TableDefinition<&str, &[u8]> = TableDefinition::new(name);
+        let all = scan_in(&self.0.open_table(def)?, "")?;
+        self.0.delete_table(def)?;
+        Ok(all)
     }
 }
 
