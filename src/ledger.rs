@@ -354,7 +354,7 @@ fn log_protected(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
 
 /// One-time upgrades of a ledger written by an earlier version. Runs in the caller's write
 /// transaction; each does nothing once done.
-/// - Grants move to the table of their current layout (see `GrantV1`).
+/// - Grants move to the table of their current layout (see `GrantV1`), after a rollback too.
 /// - The protected-layer log (layers in the protected-layer index, in the order they entered).
 /// - The protected-layer index.
 /// - Verified pairings: earlier versions took a layer's blobs from image configs, so every
@@ -364,13 +364,17 @@ fn log_protected(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
 ///   layers its origin had served (they are looked up again, against verified pairings only).
 ///   This fails closed: an image verified before the upgrade needs `pullgate verify` again.
 pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
-    // Before anything reads grants: they move to the table of the layout `Grant` now has.
-    tx.once("ledger_grants_v2", |tx| {
-        for (k, g) in tx.take_retired::<GrantV1>("ledger_grants")? {
+    // Before anything reads grants: they move to the table of the layout `Grant` now has. Not
+    // once but whenever the old table is there: an older version that opened the ledger since
+    // (a rollback) made it again and kept its grants there, blind to the ones here, which it
+    // could neither show nor revoke. Its table is then the truth (a revoke made during the
+    // rollback must hold): the grants here are dropped, its grants moved here.
+    if let Some(old) = tx.take_retired::<GrantV1>("ledger_grants")? {
+        tx.clear(Collection::Grants)?;
+        for (k, g) in old {
             tx.put_val(Collection::Grants, &k, &Grant { identity: g.identity, verified_at: g.verified_at, layers: g.layers, served: g.served })?;
         }
-        Ok(())
-    })?;
+    }
     // First: the log lists every layer already in the index (none in a ledger older than the
     // index, which the next step fills, logging each).
     tx.once("ledger_protected_log", |tx| {
@@ -668,8 +672,23 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        // The old table is gone: a second upgrade finds nothing to move.
-        s.write(|tx| tx.take_retired::<GrantV1>("ledger_grants").map(|v| assert!(v.is_empty()))).unwrap();
+        // The old table is gone: a second upgrade finds nothing to move, and keeps the grant.
+        s.write(|tx| tx.take_retired::<GrantV1>("ledger_grants").map(|v| assert!(v.is_none()))).unwrap();
+        s.write(upgrade).unwrap();
+        assert_eq!(s.read(|tx| grants(tx, None)).unwrap().len(), 1);
+        // A rollback: an older version opens the ledger (making its table again, empty), records
+        // a grant for B and revokes nothing it can see; A's grant here was revoked meanwhile in
+        // the operator's eyes (the older version's `revoke -n A` found nothing). Forward again:
+        // the older version's table is the truth.
+        let kb = key(&["B", "", "reg/app", &d('n')]);
+        s.write(|tx| tx.put_retired("ledger_grants", &kb, &GrantV1 { identity: "hmac-sha256:y".into(), verified_at: 9, layers: vec![], served: vec![] })).unwrap();
+        s.write(upgrade).unwrap();
+        let after = s.read(|tx| grants(tx, None)).unwrap();
+        assert_eq!(after.iter().map(|g| g.namespace.as_str()).collect::<Vec<_>>(), vec!["B"]);
+        // An older version that only opened the ledger (its table empty) leaves no grant behind.
+        s.write(|tx| tx.make_retired("ledger_grants")).unwrap();
+        s.write(upgrade).unwrap();
+        assert!(s.read(|tx| grants(tx, None)).unwrap().is_empty());
         // The new layout round-trips, and a grant written as JSON before either (no layers) reads.
         let g = Grant { identity: "i".into(), verified_at: 1, layers: vec![[1; 32], [2; 32]], served: vec![true, false] };
         assert_eq!(postcard::from_bytes::<Grant>(&postcard::to_allocvec(&g).unwrap()).unwrap(), g);

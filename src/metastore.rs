@@ -376,13 +376,31 @@ impl WriteTx {
         Ok(())
     }
 
-    /// Every value of the table an earlier version named `name` (none if it has no such
-    /// table), decoded as `V`; the table is deleted. For one-time upgrades.
-    pub fn take_retired<V: serde::de::DeserializeOwned>(&mut self, name: &str) -> Result<Vec<(String, V)>, StoreError> {
+    /// Makes an empty table by `name`, as an earlier version's start-up does (tests of upgrades).
+    #[cfg(test)]
+    pub fn make_retired(&mut self, name: &str) -> Result<(), StoreError> {
+        self.0.open_table(TableDefinition::<&str, &[u8]>::new(name))?;
+        Ok(())
+    }
+
+    /// Every value of the table an earlier version named `name`, decoded as `V`, and the
+    /// table deleted; None when there is no such table. For upgrades.
+    pub fn take_retired<V: serde::de::DeserializeOwned>(&mut self, name: &str) -> Result<Option<Vec<(String, V)>>, StoreError> {
+        use redb::TableHandle as _;
+        if !self.0.list_tables().map_err(redb::Error::from)?.any(|t| t.name() == name) {
+            return Ok(None);
+        }
         let def: TableDefinition<&str, &[u8]> = TableDefinition::new(name);
         let all = scan_in(&self.0.open_table(def)?, "")?;
         self.0.delete_table(def)?;
-        Ok(all)
+        Ok(Some(all))
+    }
+
+    /// Removes every value of collection `c`.
+    pub fn clear(&mut self, c: Collection) -> Result<(), StoreError> {
+        self.0.delete_table(c.def())?;
+        self.0.open_table(c.def())?;
+        Ok(())
     }
 }
 
