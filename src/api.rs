@@ -243,7 +243,7 @@ impl Api {
                     origins: m.origins.iter().cloned().collect(),
                     config: Some(proto::InspectedBlob { digest: m.config.clone(), served_by: blob_origins(tx, &m.config)? }),
                     layers,
-                    grants: grants.iter().filter(|g| &g.manifest == digest).map(grant_of).collect(),
+                    grants: grants.iter().filter(|g| g.manifest() == digest).map(grant_of).collect(),
                 });
             }
             if manifests.is_empty() && is_digest(target) {
@@ -272,10 +272,10 @@ impl Api {
 
 fn grant_of(g: &ledger::GrantEntry) -> proto::Grant {
     proto::Grant {
-        namespace: g.namespace.clone(),
-        principal: g.principal.clone(),
-        origin: g.origin.clone(),
-        manifest: g.manifest.clone(),
+        namespace: g.namespace().to_string(),
+        principal: g.principal().to_string(),
+        origin: g.origin().to_string(),
+        manifest: g.manifest().to_string(),
         identity: short(&g.grant.identity),
         verified_at_unix: g.grant.verified_at / 1_000_000_000,
     }
