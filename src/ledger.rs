@@ -391,18 +391,32 @@ fn log_protected(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
 ///   containerd's content store when they are there), and every grant forgets which of its
 ///   layers its origin had served (they are looked up again, against verified pairings only).
 ///   This fails closed: an image verified before the upgrade needs `pullgate verify` again.
+/// The marker of the clean-up that made every fact rest on verified pairings.
+const VERIFIED_PAIRINGS: &str = "ledger_verified_pairings";
+/// Set once a version keeping grants in `ledger_grants_v2` has started on the ledger: from then
+/// on, a `ledger_grants` table found at start was made by an older version (a rollback).
+const GRANTS_V2: &str = "ledger_grants_v2";
+
 pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
     // Before anything reads grants: they move to the table of the layout `Grant` now has. Not
     // once but whenever the old table is there: an older version that opened the ledger since
     // (a rollback) made it again and kept its grants there, blind to the ones here, which it
     // could neither show nor revoke. Its table is then the truth (a revoke made during the
     // rollback must hold): the grants here are dropped, its grants moved here.
+    // A move once this version has started here is a rollback, to a version that may predate verified
+    // pairings (which took layer IDs from image configs and wrote facts on them, knowing nothing
+    // of the marker that cleans them up): that clean-up (below) runs again. It fails closed.
+    let rolled_back = tx.counter(GRANTS_V2)? > 0;
     if let Some(old) = tx.take_retired::<GrantV1>("ledger_grants")? {
+        if rolled_back {
+            tx.set_counter(VERIFIED_PAIRINGS, 0)?;
+        }
         tx.clear(Collection::Grants)?;
         for (k, g) in old {
             tx.put_val(Collection::Grants, &k, &Grant { identity: g.identity, verified_at: g.verified_at, layers: g.layers, served: g.served })?;
         }
     }
+    tx.set_counter(GRANTS_V2, 1)?;
     // First: the log lists every layer already in the index (none in a ledger older than the
     // index, which the next step fills, logging each).
     tx.once("ledger_protected_log", |tx| {
@@ -422,7 +436,7 @@ pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
         }
         Ok(())
     })?;
-    tx.once("ledger_verified_pairings", |tx| {
+    tx.once(VERIFIED_PAIRINGS, |tx| {
         // Names were recorded as typed, without the origin that answered.
         for (d, mut m) in tx.scan::<ManifestRec>(Collection::Manifests, "")? {
             m.names.retain(|e| split_name(e).0.is_some());
@@ -709,6 +723,12 @@ mod tests {
         s.write(upgrade).unwrap();
         let after = s.read(|tx| grants(tx, None)).unwrap();
         assert_eq!(after.iter().map(|g| g.namespace()).collect::<Vec<_>>(), vec!["B"]);
+        // The older version may predate verified pairings: what it marked served is not kept.
+        let kc = key(&["C", "", "reg/app", &d('o')]);
+        s.write(|tx| tx.put_retired("ledger_grants", &kc, &GrantV1 { identity: "hmac-sha256:z".into(), verified_at: 9, layers: vec![[7; 32]], served: vec![true] })).unwrap();
+        s.write(upgrade).unwrap();
+        let after = s.read(|tx| grants(tx, Some("C"))).unwrap();
+        assert_eq!((after.len(), after[0].grant.served.clone()), (1, vec![false]));
         // An older version that only opened the ledger (its table empty) leaves no grant behind.
         s.write(|tx| tx.make_retired("ledger_grants")).unwrap();
         s.write(upgrade).unwrap();
