@@ -31,8 +31,10 @@ CRITEST_BIN=${CRITEST_BIN:-$DEPS/cri-tools-$CRI_TOOLS_VERSION/critest}
 #    in host network (hostnet-nginx);
 #  - with the busybox-static test image on this kernel and bookworm's runc 1.1.5: HostIpc
 #    true/false, MaskedPaths, RunAsUserName, execSync with timeout.
-#  - under 2.1 only: OOMKilled (2.1 reports no OOM reason here) and SupplementalGroupsPolicy
-#    (1.7 reports the feature absent, and critest skips it there itself).
+#  - under 2.1 only: OOMKilled (2.1 reports no OOM reason here), SupplementalGroupsPolicy
+#    (1.7 reports the feature absent, and critest skips it there itself), and the user-namespace
+#    pod that needs idmapped mounts on the host ("... NamespaceMode_POD": failed directly and
+#    through the front alike in both fresh-clone runs of 2026-12-02).
 # "Image Manager public image should timeout if requested" passes directly and runs.
 # Each spec gets up to CRITEST_ATTEMPTS attempts in both runs (ginkgo's flake attempts), and the
 # specs that passed only on a later attempt are printed: containerd's shim now and then dies
@@ -45,7 +47,7 @@ CRITEST_BIN=${CRITEST_BIN:-$DEPS/cri-tools-$CRI_TOOLS_VERSION/critest}
 CRITEST_ATTEMPTS=${CRITEST_ATTEMPTS:-3}
 CRITEST_FOCUS=${CRITEST_FOCUS:-.}
 skip='Image Manager (image status|listImage|public image with|public image without|removing image)|Image Consistency|Image Identifier Consistency|Feature:ImageVolume|Multiple Containers|ContainerPID|PodPID|HostPID|HostIpc|NoNewPrivs|MaskedPaths|RunAsUserName|portforward in host network|execSync with timeout'
-[ "$V" = 2.1 ] && skip="$skip|OOMKilled|SupplementalGroupsPolicy"
+[ "$V" = 2.1 ] && skip="$skip|OOMKilled|SupplementalGroupsPolicy|idmap mount support is needed runtime should support NamespaceMode_POD"
 CRITEST_SKIP=${CRITEST_SKIP:-$skip}
 
 log "containerd $V, critest $CRI_TOOLS_VERSION: setup"
