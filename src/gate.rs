@@ -161,7 +161,7 @@ impl GrantView {
             return Ok(self.recorded(i, d));
         }
         if self.manifest_layers[i].is_none() {
-            let ids = ledger::manifest(tx, &self.entries[i].manifest())?.map(|r| r.diff_ids).unwrap_or_default();
+            let ids = ledger::manifest(tx, self.entries[i].manifest())?.map(|r| r.diff_ids).unwrap_or_default();
             self.manifest_layers[i] = Some(ids);
         }
         Ok(self.manifest_layers[i].as_ref().and_then(|ids| ids.iter().any(|x| x == d.diff_id).then_some(false)))
@@ -368,7 +368,7 @@ impl Gate {
             let served = match if principal_ok { grants.covers(tx, i, id)? } else { None } {
                 None => false,
                 Some(true) => true,
-                Some(false) => ledger::layer_served_by(tx, &layer, &grants.entries[i].origin())?,
+                Some(false) => ledger::layer_served_by(tx, &layer, grants.entries[i].origin())?,
             };
             if served {
                 if self.fresh(grants.entries[i].grant.verified_at, now) {
@@ -405,7 +405,7 @@ impl Gate {
         for i in 0..grants.entries.len() {
             let own = !self.cfg.tenant_principals.contains(s.namespace) || self.principal_ok(s, &grants.entries[i], true);
             if own && grants.covers(tx, i, d)?.is_some() {
-                if let Some(rec) = ledger::manifest(tx, &grants.entries[i].manifest())? {
+                if let Some(rec) = ledger::manifest(tx, grants.entries[i].manifest())? {
                     let origin = grants.entries[i].origin();
                     if let Some((_, n)) = rec.names.iter().map(|e| ledger::split_name(e)).find(|(o, _)| *o == Some(origin)) {
                         return Ok(Some(n.to_string()));

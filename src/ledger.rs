@@ -380,6 +380,12 @@ fn log_protected(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
     tx.put_val(Collection::ProtectedLog, &log_key(next), &diff_id.to_string())
 }
 
+/// The marker of the clean-up that made every fact rest on verified pairings.
+const VERIFIED_PAIRINGS: &str = "ledger_verified_pairings";
+/// Set once a version keeping grants in `ledger_grants_v2` has started on the ledger: from then
+/// on, a `ledger_grants` table found at start was made by an older version (a rollback).
+const GRANTS_V2: &str = "ledger_grants_v2";
+
 /// One-time upgrades of a ledger written by an earlier version. Runs in the caller's write
 /// transaction; each does nothing once done.
 /// - Grants move to the table of their current layout (see `GrantV1`), after a rollback too.
@@ -391,21 +397,14 @@ fn log_protected(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
 ///   containerd's content store when they are there), and every grant forgets which of its
 ///   layers its origin had served (they are looked up again, against verified pairings only).
 ///   This fails closed: an image verified before the upgrade needs `pullgate verify` again.
-/// The marker of the clean-up that made every fact rest on verified pairings.
-const VERIFIED_PAIRINGS: &str = "ledger_verified_pairings";
-/// Set once a version keeping grants in `ledger_grants_v2` has started on the ledger: from then
-/// on, a `ledger_grants` table found at start was made by an older version (a rollback).
-const GRANTS_V2: &str = "ledger_grants_v2";
-
 pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
     // Before anything reads grants: they move to the table of the layout `Grant` now has. Not
     // once but whenever the old table is there: an older version that opened the ledger since
     // (a rollback) made it again and kept its grants there, blind to the ones here, which it
     // could neither show nor revoke. Its table is then the truth (a revoke made during the
-    // rollback must hold): the grants here are dropped, its grants moved here.
-    // A move once this version has started here is a rollback, to a version that may predate verified
-    // pairings (which took layer IDs from image configs and wrote facts on them, knowing nothing
-    // of the marker that cleans them up): that clean-up (below) runs again. It fails closed.
+    // rollback must hold): the grants here are dropped, its grants moved here. And as that
+    // version may predate verified pairings (it took layer IDs from image configs and wrote
+    // facts on them, knowing nothing of the marker), their clean-up (below) runs again.
     let rolled_back = tx.counter(GRANTS_V2)? > 0;
     if let Some(old) = tx.take_retired::<GrantV1>("ledger_grants")? {
         if rolled_back {
@@ -416,7 +415,9 @@ pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
             tx.put_val(Collection::Grants, &k, &Grant { identity: g.identity, verified_at: g.verified_at, layers: g.layers, served: g.served })?;
         }
     }
-    tx.set_counter(GRANTS_V2, 1)?;
+    if !rolled_back {
+        tx.set_counter(GRANTS_V2, 1)?;
+    }
     // First: the log lists every layer already in the index (none in a ledger older than the
     // index, which the next step fills, logging each).
     tx.once("ledger_protected_log", |tx| {
@@ -761,7 +762,7 @@ mod tests {
     #[test]
     fn sha256_bytes_reads_what_the_hex_crate_reads() {
         let mut cases = vec![d('a'), d('A'), d('0'), d('f'), d('g'), "sha256:".into(), "sha512:00".into(), format!("sha256:{}", "ab".repeat(33))];
-        cases.push(format!("sha256:{}", "0123456789abcdefABCDEF".repeat(3)[..64].to_string()));
+        cases.push(format!("sha256:{}", &"0123456789abcdefABCDEF".repeat(3)[..64]));
         cases.push(format!("sha256:{}", "a".repeat(63)));
         cases.push(format!("sha256:{}é", "a".repeat(62)));
         cases.push(format!("sha256:{} ", "a".repeat(63)));

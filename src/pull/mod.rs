@@ -730,14 +730,13 @@ impl Puller {
         public
     }
 
-    /// One ledger transaction: pairings, origins, manifest, layers, chains, grant.
-    #[allow(clippy::too_many_arguments)]
     /// Writes the grant and what this pull established (pairings, origins, the manifest, the
     /// public blobs) in one fsync'd ledger commit, on the blocking pool: the commit must not
     /// hold a runtime worker, or the containerd request `run_with` sends beside it waits for it.
     /// Once begun, the commit completes even if the caller goes away (a client that left, a
     /// CRI deadline): the state is then that of a pullgate stopped right after its commit
     /// (`tests/crash.sh`, point `pull.granted`), which the namespace's next pull or verify completes.
+    #[allow(clippy::too_many_arguments)]
     async fn record(&self, req: &Request, image: &Image, got: &Gathered, diff_ids: &[String], public: &[String], manifest: &str, identity: &str) -> Result<()> {
         let now = now_nanos();
         let rec = ManifestRec {
