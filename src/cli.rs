@@ -347,8 +347,8 @@ fn report(out: proto::PullResponse, output: Output) -> i32 {
         return 0;
     }
     println!("{}", out.manifest);
-    eprintln!(
-        "identity {}, {} blob(s) downloaded, {} copied from the node,{} {} layer(s) extracted, {} adopted",
+    let mut said = format!(
+        "identity {}, {} blob(s) downloaded, {} copied from the node,{} {} layer(s) extracted, {} adopted\n",
         out.identity,
         out.downloaded.len(),
         out.copied.len(),
@@ -360,11 +360,13 @@ fn report(out: proto::PullResponse, output: Output) -> i32 {
         out.adopted
     );
     if !out.held_until.is_empty() {
-        eprintln!("the image's blobs are held in the namespace until {}; after that, only an image record keeps them", out.held_until);
+        said += &format!("the image's blobs are held in the namespace until {}; after that, only an image record keeps them\n", out.held_until);
     }
     for w in &out.warnings {
-        eprintln!("warning: {w}");
+        said += &format!("warning: {w}\n");
     }
+    // One write (stderr is unbuffered): the lines arrive together, and cost one system call.
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), said.as_bytes());
     0
 }
 

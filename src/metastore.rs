@@ -359,9 +359,16 @@ impl LedgerRead for WriteTx {
 }
 
 impl WriteTx {
+    /// Puts `v` under `k`, unless `k` holds exactly these bytes already: writing them again
+    /// would copy the value's page, and the pages above it, into the commit for nothing (a
+    /// verify of a known manifest then writes its grant alone).
     pub fn put_val<V: Serialize>(&mut self, c: Collection, k: &str, v: &V) -> Result<(), StoreError> {
         let bytes = encode(k, v)?;
-        self.0.open_table(c.def())?.insert(k, bytes.as_slice())?;
+        let mut table = self.0.open_table(c.def())?;
+        if table.get(k)?.is_some_and(|old| old.value() == bytes.as_slice()) {
+            return Ok(());
+        }
+        table.insert(k, bytes.as_slice())?;
         Ok(())
     }
     pub fn delete_val(&mut self, c: Collection, k: &str) -> Result<bool, StoreError> {

@@ -123,21 +123,56 @@ pub fn sha256_digest(b: &[u8]) -> String {
 
 /// The HTTP client for one registry endpoint: its TLS settings, no redirects followed
 /// (`Session` follows them itself), `timeout` for a connection (at most 5 s) and for the next
-/// bytes of an answer (default 30 s).
+/// bytes of an answer (default 30 s). Clients are kept by these settings (the CA files' bytes,
+/// read again at every call, not their names), so a pull or verify reuses the connections an
+/// earlier one left open to the registry and its token service instead of opening new ones.
+/// A connection carries nothing of a request but its bytes: each request sends its own
+/// authorization, no cookies are kept, and a connection goes back to the pool only once an
+/// answer was read to its end.
 pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<reqwest::Client> {
+    let mut cas = Vec::with_capacity(ep.ca.len());
+    for ca in &ep.ca {
+        cas.push(std::fs::read(ca).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?);
+    }
+    let key = ClientKey { skip_verify: ep.skip_verify, cas, timeout };
+    if let Some(c) = CLIENTS.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(c.clone());
+    }
     let mut b = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(timeout.unwrap_or(Duration::from_secs(5)).min(Duration::from_secs(5)))
         .read_timeout(timeout.unwrap_or(Duration::from_secs(30)))
+        .pool_idle_timeout(POOL_IDLE)
+        .pool_max_idle_per_host(POOL_IDLE_PER_HOST)
         .user_agent(concat!("pullgate/", env!("CARGO_PKG_VERSION")))
         .danger_accept_invalid_certs(ep.skip_verify);
-    for ca in &ep.ca {
-        let pem = std::fs::read(ca).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
-        let cert = reqwest::Certificate::from_pem(&pem).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
+    for (pem, ca) in key.cas.iter().zip(&ep.ca) {
+        let cert = reqwest::Certificate::from_pem(pem).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
         b = b.add_root_certificate(cert);
     }
-    b.build().map_err(|e| RegistryError::Config(e.to_string()))
+    let client = b.build().map_err(|e| RegistryError::Config(e.to_string()))?;
+    let mut clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+    if clients.len() >= MAX_CLIENTS {
+        clients.clear();
+    }
+    clients.insert(key, client.clone());
+    Ok(client)
 }
+
+/// What makes two endpoints' HTTP clients the same.
+#[derive(PartialEq, Eq, Hash)]
+struct ClientKey {
+    skip_verify: bool,
+    cas: Vec<Vec<u8>>,
+    timeout: Option<Duration>,
+}
+
+static CLIENTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<ClientKey, reqwest::Client>>> = std::sync::LazyLock::new(Default::default);
+/// Distinct TLS settings kept at once; then every client is dropped (and built again on use).
+const MAX_CLIENTS: usize = 64;
+/// How long an idle connection is kept, and how many per host.
+const POOL_IDLE: Duration = Duration::from_secs(30);
+const POOL_IDLE_PER_HOST: usize = 8;
 
 /// One authenticated conversation with one repository of one registry. Clones share the
 /// HTTP client and the authorization obtained so far (for concurrent blob downloads).
