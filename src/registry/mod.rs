@@ -130,11 +130,7 @@ pub fn sha256_digest(b: &[u8]) -> String {
 /// authorization, no cookies are kept, and a connection goes back to the pool only once an
 /// answer was read to its end.
 pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<reqwest::Client> {
-    let mut cas = Vec::with_capacity(ep.ca.len());
-    for ca in &ep.ca {
-        cas.push(std::fs::read(ca).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?);
-    }
-    let key = ClientKey { skip_verify: ep.skip_verify, cas, timeout };
+    let key = ClientKey::of(ep, timeout)?;
     if let Some(c) = CLIENTS.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Ok(c.clone());
     }
@@ -160,11 +156,22 @@ pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<re
 }
 
 /// What makes two endpoints' HTTP clients the same.
-#[derive(PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 struct ClientKey {
     skip_verify: bool,
     cas: Vec<Vec<u8>>,
     timeout: Option<Duration>,
+}
+
+impl ClientKey {
+    /// The key of an endpoint's client, with its CA files as they are now.
+    fn of(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<ClientKey> {
+        let mut cas = Vec::with_capacity(ep.ca.len());
+        for ca in &ep.ca {
+            cas.push(std::fs::read(ca).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?);
+        }
+        Ok(ClientKey { skip_verify: ep.skip_verify, cas, timeout })
+    }
 }
 
 static CLIENTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<ClientKey, reqwest::Client>>> = std::sync::LazyLock::new(Default::default);
@@ -825,5 +832,25 @@ mod tests {
         for bad in ["linux", "linux/", "/amd64", "linux/amd64/v8/x", "linux/am d64"] {
             assert!(parse_platform(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A kept HTTP client is used again only under the same TLS settings: the CA files' bytes
+    /// as they are at each use (an operator's new CA is not answered by a client built with the
+    /// old one), skip_verify, and the timeout.
+    #[test]
+    fn kept_clients_follow_their_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "first").unwrap();
+        let ep = |skip_verify: bool| hosts::Endpoint { base: "https://r.example".into(), skip_verify, ca: vec![ca.clone()] };
+        let t = Some(Duration::from_secs(5));
+        let first = ClientKey::of(&ep(false), t).unwrap();
+        assert_eq!(first, ClientKey::of(&ep(false), t).unwrap());
+        assert_ne!(first, ClientKey::of(&ep(true), t).unwrap());
+        assert_ne!(first, ClientKey::of(&ep(false), None).unwrap());
+        std::fs::write(&ca, "second").unwrap();
+        assert_ne!(first, ClientKey::of(&ep(false), t).unwrap());
+        std::fs::remove_file(&ca).unwrap();
+        assert!(matches!(ClientKey::of(&ep(false), t), Err(RegistryError::Config(_))));
     }
 }
