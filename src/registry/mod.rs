@@ -155,7 +155,9 @@ pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<re
     Ok(client)
 }
 
-/// What makes two endpoints' HTTP clients the same.
+/// What makes two endpoints' HTTP clients the same: every setting `http_client` takes from
+/// the endpoint or the caller (a new one must be added here, or endpoints would share clients
+/// built for another).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct ClientKey {
     skip_verify: bool,
@@ -177,9 +179,13 @@ impl ClientKey {
 static CLIENTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<ClientKey, reqwest::Client>>> = std::sync::LazyLock::new(Default::default);
 /// Distinct TLS settings kept at once; then every client is dropped (and built again on use).
 const MAX_CLIENTS: usize = 64;
-/// How long an idle connection is kept, and how many per host.
-const POOL_IDLE: Duration = Duration::from_secs(30);
-const POOL_IDLE_PER_HOST: usize = 8;
+/// How long an idle connection is kept, and how many per host: long enough for the pulls and
+/// verifies of one burst of pod starts, short enough that a registry answering with redirects
+/// through many hosts leaves few sockets open for long (each hop's connection is kept too), and
+/// shorter than the idle time after which common registries and load balancers close a
+/// connection (a request written into such a close fails as "unavailable").
+const POOL_IDLE: Duration = Duration::from_secs(5);
+const POOL_IDLE_PER_HOST: usize = 2;
 
 /// One authenticated conversation with one repository of one registry. Clones share the
 /// HTTP client and the authorization obtained so far (for concurrent blob downloads).
