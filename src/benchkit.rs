@@ -249,7 +249,7 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..IMAGES * STEPS {
         let parent = parent_of(i, "label");
         let (d, deny) = if i % 2 == 0 { (private_layer(i)?, true) } else { (digest("never-recorded-l", i), false) };
-        decide(&mut labelled, &parent, &ledger::chain_id(&parent.chain_id, &d), &[d.clone()], deny)?;
+        decide(&mut labelled, &parent, &ledger::chain_id(&parent.chain_id, &d), std::slice::from_ref(&d), deny)?;
     }
     // A parent never seen and no label (a client's own commit named by a chainID, then an
     // unpack on it): the decision builds the parent's table itself.

@@ -188,11 +188,14 @@ pub struct Stats {
     pub built_ahead: u64,
 }
 
+/// Where table builds are asked of the building thread: the store and the table's parent.
+type BuildQueue = std::sync::mpsc::SyncSender<(Arc<MetaStore>, String)>;
+
 #[derive(Default)]
 pub struct ChainIndex {
     tables: Mutex<Tables>,
     built: Condvar,
-    worker: Mutex<Option<std::sync::mpsc::SyncSender<(Arc<MetaStore>, String)>>>,
+    worker: Mutex<Option<BuildQueue>>,
     stats: Mutex<Stats>,
 }
 

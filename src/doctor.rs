@@ -261,7 +261,7 @@ impl ContainerdConfig {
 
     fn disables(&self, plugin_type: &str, id: &str) -> bool {
         let full = format!("{plugin_type}.{id}");
-        self.disabled_plugins.iter().any(|d| *d == full)
+        self.disabled_plugins.contains(&full)
     }
 }
 

@@ -13,6 +13,7 @@
 //!   manifest holds no `manifests` nor an index `config` or `layers` (containerd's own check);
 //! - an index names at most one image for a platform as containerd matches platforms
 //!   (architecture aliases normalised), so both pick the same entry.
+//!
 //! Anything else that could mean two things is refused before it is parsed, with the path of
 //! the offending key. Written by hand: no crate reads JSON as Go does, and serde_json's `Value`
 //! drops duplicate keys before anyone can see them.

@@ -167,6 +167,10 @@ pub struct MetaStore {
 /// A read transaction. Ledger tables are opened once per transaction and reused: a gate
 /// decision reads several collections many times.
 pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 8]);
+
+/// What `each_snapshot` calls with each record, until it says Break.
+pub type SnapshotVisitor<'a> = &'a mut dyn FnMut(&str, Record) -> Result<std::ops::ControlFlow<()>, StoreError>;
+
 pub struct WriteTx(redb::WriteTransaction);
 
 impl MetaStore {
@@ -434,7 +438,7 @@ impl ReadTx {
         &self,
         prefix: &str,
         after: Option<&str>,
-        f: &mut dyn FnMut(&str, Record) -> Result<std::ops::ControlFlow<()>, StoreError>,
+        f: SnapshotVisitor<'_>,
     ) -> Result<(), StoreError> {
         use std::ops::Bound;
         let t = self.0.open_table(SNAPSHOTS)?;

@@ -127,5 +127,20 @@ socket = "$1/cri.sock"
 TOML
 }
 
+# start_cri_stack VERSION SANDBOX_IMAGE REGISTRY...: the stack a CRI test runs on: hosts.toml
+# for each plain-http REGISTRY under HOSTS ($WORK/hosts), pullgate with its CRI front in PG
+# ($WORK/pg; pullgate_cri_config, then start_pullgate), and containerd VERSION with its CRI
+# plugin on pullgate's snapshotter (start_containerd_cri), checked to be that version.
+start_cri_stack() {
+  local v=$1 pause=$2 r; shift 2
+  HOSTS=$WORK/hosts
+  for r in "$@"; do write_hosts_toml "$HOSTS" "$r"; done
+  PG=$WORK/pg
+  pullgate_cri_config "$PG" "$HOSTS"
+  start_pullgate "$PG" || return 1
+  start_containerd_cri "$v" "$PG/snapshotter.sock" "$pause" "$HOSTS" || return 1
+  check_containerd_version "$v"
+}
+
 # cri ARGS...: the CRI client against this run's containerd.
 cri() { "$CRI_BIN" --socket "$CTRD_SOCK" "$@"; }

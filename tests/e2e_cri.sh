@@ -62,13 +62,6 @@ push_image "$WORK/pause" v1 "$PAUSE" || fail "push the sandbox image"
 push_image "$WORK/pub" v1 "$PUB" || fail "push the public image"
 push_image "$WORK/priv" v1 "$PRIV" "alice:$PW_ALICE" || fail "push the private image"
 push_image "$WORK/tpriv" v1 "$TPRIV" "admin:$PW_ADMIN" || fail "push the token registry's private image"
-HOSTS=$WORK/hosts
-for r in "$REG_pub" "$REG_h" "$REG_bad" "$REG_t"; do write_hosts_toml "$HOSTS" "$r"; done
-
-PG=$WORK/pg
-pullgate_cri_config "$PG" "$HOSTS"
-# (No [namespaces."k8s.io"] table: with the CRI front on, k8s.io requires a principal by default.)
-start_pullgate "$PG" || exit 1
 if [ "$V" = 2.1 ]; then
   # CNI for the user-namespace pods of 5g (every other pod is a host-network pod): Debian's
   # plugins, a point-to-point network of this run's own (name, addresses and IPAM state).
@@ -83,8 +76,9 @@ JSON
   # point under containerd's state directory, as under /run/containerd (mktemp made $WORK 0700).
   mkdir -p "$WORK/containerd"; chmod 711 "$WORK" "$WORK/containerd"
 fi
-start_containerd_cri "$V" "$PG/snapshotter.sock" "$PAUSE" "$HOSTS" || exit 1
-check_containerd_version "$V"
+# (No [namespaces."k8s.io"] table in pullgate's config: with the CRI front on, k8s.io requires a
+# principal by default.)
+start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_h" "$REG_bad" "$REG_t" || exit 1
 check "pullgate's CRI socket is readable by root only" test "$(stat -c %a "$PG/cri.sock")" = 600
 
 front() { "$CRI_BIN" --socket "$PG/cri.sock" "$@"; }

@@ -34,13 +34,7 @@ PAUSE=$REG_pub/k8s/pause:v1
 PRIV=$REG_h/private/app:v1
 push_image "$WORK/pause" v1 "$PAUSE" || fail "push the sandbox image"
 push_image "$WORK/priv" v1 "$PRIV" "alice:$PW_ALICE" || fail "push the private image"
-HOSTS=$WORK/hosts
-for r in "$REG_pub" "$REG_h"; do write_hosts_toml "$HOSTS" "$r"; done
-PG=$WORK/pg
-pullgate_cri_config "$PG" "$HOSTS"
-start_pullgate "$PG" || exit 1
-start_containerd_cri "$V" "$PG/snapshotter.sock" "$PAUSE" "$HOSTS" || exit 1
-check_containerd_version "$V"
+start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_h" || exit 1
 sed "s#unix:///run/pullgate/cri.sock#unix://$PG/cri.sock#" "$REPO/plugin/crictl.yaml" > "$WORK/crictl-front.yaml"
 sed "s#unix:///run/pullgate/cri.sock#unix://$CTRD_SOCK#" "$REPO/plugin/crictl.yaml" > "$WORK/crictl-direct.yaml"
 check "plugin/crictl.yaml names pullgate's socket for both endpoints (front config: $(grep -c "$PG/cri.sock" "$WORK/crictl-front.yaml") lines)" \

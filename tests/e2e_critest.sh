@@ -65,8 +65,6 @@ cat > "$WORK/test-images.yaml" <<YML
 defaultTestContainerImage: $REG_r/e2e-test-images/busybox:1.29-2
 webServerTestImage: $REG_r/e2e-test-images/nginx:1.14-2
 YML
-HOSTS=$WORK/hosts
-write_hosts_toml "$HOSTS" "$REG_r"
 # A bridge network (a name and subnet of this run's own: several containerds may run at once).
 mkdir -p "$WORK/cni/bin" "$WORK/cni/conf"
 for p in bridge host-local loopback portmap; do ln -sf "/usr/lib/cni/$p" "$WORK/cni/bin/$p"; done
@@ -77,11 +75,7 @@ cat > "$WORK/cni/conf/10-pullgate-test.conflist" <<JSON
               "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.$n.$((RANDOM % 250)).0/24"}]]}},
              {"type": "portmap", "capabilities": {"portMappings": true}}]}
 JSON
-PG=$WORK/pg
-pullgate_cri_config "$PG" "$HOSTS"
-start_pullgate "$PG" || exit 1
-start_containerd_cri "$V" "$PG/snapshotter.sock" "$PAUSE" "$HOSTS" || exit 1
-check_containerd_version "$V"
+start_cri_stack "$V" "$PAUSE" "$REG_r" || exit 1
 crictl_() { "$CRICTL_BIN" --runtime-endpoint "unix://$CTRD_SOCK" --image-endpoint "unix://$CTRD_SOCK" "$@"; }
 wait_for 30 crictl_ info || { fail "containerd's CRI does not answer"; summary "critest (containerd $V)"; exit 1; }
 wait_for 30 bash -c "'$CRICTL_BIN' --runtime-endpoint 'unix://$CTRD_SOCK' info | grep -q '\"NetworkReady\"' && '$CRICTL_BIN' --runtime-endpoint 'unix://$CTRD_SOCK' info -o json | jq -e '.status.conditions[] | select(.type == \"NetworkReady\") | .status' | grep -q true" \

@@ -74,13 +74,7 @@ push_image "$WORK/pause" v1 "$PAUSE" || fail "push the sandbox image"
 push_image "$WORK/priv" v1 "$PRIV" "admin:$PW_ADMIN" || fail "push the private image"
 push_image "$WORK/priv2" v1 "$PRIV2" "admin:$PW_ADMIN" || fail "push the second private image"
 TOKMARK=$(wc -l < "$WORK/registry-t/token.log")   # (the pushes' token requests are before it)
-HOSTS=$WORK/hosts
-for r in "$REG_pub" "$REG_t"; do write_hosts_toml "$HOSTS" "$r"; done
-PG=$WORK/pg
-pullgate_cri_config "$PG" "$HOSTS"
-start_pullgate "$PG" || exit 1
-start_containerd_cri "$V" "$PG/snapshotter.sock" "$PAUSE" "$HOSTS" || exit 1
-check_containerd_version "$V"
+start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_t" || exit 1
 pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
 direct() { "$CRICTL_BIN" --runtime-endpoint "unix://$CTRD_SOCK" --image-endpoint "unix://$CTRD_SOCK" "$@"; }
 

@@ -9,6 +9,7 @@
 //! - `RunPodSandbox` and `CreateContainer` lose every annotation a pod author could use to
 //!   speak to pullgate's snapshotter (`containerd.io/snapshot.ref`,
 //!   `containerd.io/snapshot/pullgate*`) before they are forwarded.
+//!
 //! Every other call, streams and methods this build does not know included, is forwarded as
 //! raw bytes, unchanged.
 pub mod wire;
@@ -465,7 +466,7 @@ impl Front {
                 continue;
             }
             let d = m.digest().to_string();
-            let inner = crate::document::manifest(&read(&d).await?, &m.media_type().to_string()).map_err(bad)?;
+            let inner = crate::document::manifest(&read(&d).await?, m.media_type().as_ref()).map_err(bad)?;
             out.push(inner.config().digest().to_string());
         }
         Ok(out)
