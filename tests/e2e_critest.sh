@@ -35,15 +35,17 @@ CRITEST_BIN=${CRITEST_BIN:-$DEPS/cri-tools-$CRI_TOOLS_VERSION/critest}
 #    (1.7 reports the feature absent, and critest skips it there itself), and the user-namespace
 #    pod that needs idmapped mounts on the host ("... NamespaceMode_POD": failed directly and
 #    through the front alike in both fresh-clone runs of 2026-12-02).
-# "Image Manager public image should timeout if requested" passes directly and runs.
+# "Image Manager public image should timeout if requested" runs: it pulls critest's own image by
+# its upstream name (gcr.io/k8s-staging-cri-tools/test-image-tag:test) with a 1 ms deadline and
+# expects DeadlineExceeded. That image is served here, by the local registry under that name
+# (a hosts.toml for gcr.io naming it as the server, for containerd and pullgate alike), so that
+# both runs make a real pull for the deadline to cut. Offline, the name does not resolve, and
+# the spec measured how fast a runtime fails a DNS lookup: pullgate's front, which keeps its HTTP
+# clients, answers Unavailable in 0.6-0.7 ms, inside the millisecond; containerd was slower.
 # Each spec gets up to CRITEST_ATTEMPTS attempts in both runs (ginkgo's flake attempts), and the
 # specs that passed only on a later attempt are printed: containerd's shim now and then dies
 # at a sandbox's start ("failed to create shim task: ttrpc: closed", seen directly and through
-# the front), and "Image Manager public image should timeout if requested" races a 1 ms
-# deadline: it expects DeadlineExceeded, and gets the pull's own error when the runtime fails
-# the pull of its unreachable image within that millisecond (pullgate's front answered
-# Unavailable so in two full runs under 1.7, containerd was never that fast; alone, it passed
-# through the front 3 times out of 3).
+# the front).
 CRITEST_ATTEMPTS=${CRITEST_ATTEMPTS:-3}
 CRITEST_FOCUS=${CRITEST_FOCUS:-.}
 skip='Image Manager (image status|listImage|public image with|public image without|removing image)|Image Consistency|Image Identifier Consistency|Feature:ImageVolume|Multiple Containers|ContainerPID|PodPID|HostPID|HostIpc|NoNewPrivs|MaskedPaths|RunAsUserName|portforward in host network|execSync with timeout'
@@ -61,6 +63,7 @@ PAUSE=$REG_r/k8s/pause:v1
 push_image "$WORK/pause" v1 "$PAUSE" || fail "push the sandbox image"
 push_image "$WORK/busybox" v1 "$REG_r/e2e-test-images/busybox:1.29-2" || fail "push the test container image"
 push_image "$WORK/web" v1 "$REG_r/e2e-test-images/nginx:1.14-2" || fail "push the web server image"
+push_image "$WORK/busybox" v1 "$REG_r/k8s-staging-cri-tools/test-image-tag:test" || fail "push critest's own image under its upstream name"
 cat > "$WORK/test-images.yaml" <<YML
 defaultTestContainerImage: $REG_r/e2e-test-images/busybox:1.29-2
 webServerTestImage: $REG_r/e2e-test-images/nginx:1.14-2
@@ -76,6 +79,15 @@ cat > "$WORK/cni/conf/10-pullgate-test.conflist" <<JSON
              {"type": "portmap", "capabilities": {"portMappings": true}}]}
 JSON
 start_cri_stack "$V" "$PAUSE" "$REG_r" || exit 1
+# critest's own image by its upstream name, from the local registry (header). containerd and
+# pullgate read hosts.toml at each pull.
+mkdir -p "$HOSTS/gcr.io"
+cat > "$HOSTS/gcr.io/hosts.toml" <<TOML
+server = "http://$REG_r"
+
+[host."http://$REG_r"]
+  capabilities = ["pull", "resolve"]
+TOML
 crictl_() { "$CRICTL_BIN" --runtime-endpoint "unix://$CTRD_SOCK" --image-endpoint "unix://$CTRD_SOCK" "$@"; }
 wait_for 30 crictl_ info || { fail "containerd's CRI does not answer"; summary "critest (containerd $V)"; exit 1; }
 wait_for 30 bash -c "'$CRICTL_BIN' --runtime-endpoint 'unix://$CTRD_SOCK' info | grep -q '\"NetworkReady\"' && '$CRICTL_BIN' --runtime-endpoint 'unix://$CTRD_SOCK' info -o json | jq -e '.status.conditions[] | select(.type == \"NetworkReady\") | .status' | grep -q true" \
