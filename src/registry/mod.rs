@@ -187,8 +187,6 @@ const MAX_CLIENTS: usize = 64;
 const POOL_IDLE: Duration = Duration::from_secs(5);
 const POOL_IDLE_PER_HOST: usize = 2;
 
-/// One authenticated conversation with one repository of one registry. Clones share the
-/// HTTP client and the authorization obtained so far (for concurrent blob downloads).
 /// The last challenge each registry endpoint gave for each repository (`send`), keyed by
 /// endpoint base and repository. Only challenges a registry gave itself (never a host it
 /// redirected to) are kept; at most `MAX_CHALLENGES`, then forgotten at once.
@@ -212,6 +210,8 @@ fn forget_challenge(base: &str, repo: &str) {
     CHALLENGES.lock().unwrap_or_else(|p| p.into_inner()).remove(&(base.to_string(), repo.to_string()));
 }
 
+/// One authenticated conversation with one repository of one registry. Clones share the
+/// HTTP client and the authorization obtained so far (for concurrent blob downloads).
 #[derive(Clone)]
 pub struct Session {
     http: reqwest::Client,
