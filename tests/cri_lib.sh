@@ -13,12 +13,14 @@
 # Pods must be host-network pods with an empty hostname, as kubelet sends them (examples/cri.rs
 # --pod builds one); the cri client talks to containerd's own socket ($CTRD_SOCK).
 
-# write_hosts_toml HOSTS_DIR HOST:PORT: HOSTS_DIR/HOST:PORT/hosts.toml for a plain-http registry.
+# write_hosts_toml HOSTS_DIR HOST:PORT [NAME]: HOSTS_DIR/NAME/hosts.toml (NAME: HOST:PORT by
+# default) sending the registry NAME to the plain-http registry at HOST:PORT.
 # The [host] table is needed: containerd 1.6 rejects a hosts.toml without one ("failed to decode
 # hosts.toml: invalid `host` tree") and silently falls back to its default hosts.
 write_hosts_toml() {
-  mkdir -p "$1/$2"
-  cat > "$1/$2/hosts.toml" <<TOML
+  local name=${3:-$2}
+  mkdir -p "$1/$name"
+  cat > "$1/$name/hosts.toml" <<TOML
 server = "http://$2"
 
 [host."http://$2"]

@@ -81,13 +81,7 @@ JSON
 start_cri_stack "$V" "$PAUSE" "$REG_r" || exit 1
 # critest's own image by its upstream name, from the local registry (header). containerd and
 # pullgate read hosts.toml at each pull.
-mkdir -p "$HOSTS/gcr.io"
-cat > "$HOSTS/gcr.io/hosts.toml" <<TOML
-server = "http://$REG_r"
-
-[host."http://$REG_r"]
-  capabilities = ["pull", "resolve"]
-TOML
+write_hosts_toml "$HOSTS" "$REG_r" gcr.io
 crictl_() { "$CRICTL_BIN" --runtime-endpoint "unix://$CTRD_SOCK" --image-endpoint "unix://$CTRD_SOCK" "$@"; }
 wait_for 30 crictl_ info || { fail "containerd's CRI does not answer"; summary "critest (containerd $V)"; exit 1; }
 wait_for 30 bash -c "'$CRICTL_BIN' --runtime-endpoint 'unix://$CTRD_SOCK' info | grep -q '\"NetworkReady\"' && '$CRICTL_BIN' --runtime-endpoint 'unix://$CTRD_SOCK' info -o json | jq -e '.status.conditions[] | select(.type == \"NetworkReady\") | .status' | grep -q true" \
