@@ -306,7 +306,10 @@ fn credentials(r: &RegistryArgs, reference: &str) -> Result<RequestCredential, i
 fn request_server(hosts_dir: Option<&std::path::Path>, reference: &str) -> Result<String, i32> {
     let Some(dir) = hosts_dir else { return Ok(String::new()) };
     let host = crate::reference::Reference::parse(reference).map_err(usage)?.host;
-    let path = dir.join(&host).join("hosts.toml");
+    // The host's directory as containerd finds it; without a hosts.toml there is no server
+    // to take (certificate files there are TLS settings, the daemon's business).
+    let Some(hdir) = crate::registry::hosts::host_dir(dir, &host).map_err(usage)? else { return Ok(String::new()) };
+    let path = hdir.join("hosts.toml");
     let Some(text) = crate::registry::hosts::read_hosts_file(&path).map_err(usage)? else { return Ok(String::new()) };
     let server = crate::registry::hosts::request_server(&text, &host).map_err(|e| usage(format!("{}: {e}", path.display())))?;
     Ok(server.unwrap_or_default())

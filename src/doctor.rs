@@ -726,10 +726,12 @@ async fn check_registries(cfg: &Config) -> Vec<Check> {
         Ok(e) => e,
         Err(e) => return vec![problem("registry", format!("cannot read the hosts directory {}: {e}", dir.display()), "fix [registry] hosts_dir in pullgate's config")],
     };
-    let mut hosts: Vec<String> = entries.filter_map(|e| e.ok()).filter(|e| e.path().join("hosts.toml").is_file()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    // Every registry directory (`host`, or `host_port_`), with a hosts.toml or certificate files.
+    let mut hosts: Vec<String> = entries.filter_map(|e| e.ok()).filter(|e| e.path().is_dir()).filter_map(|e| crate::registry::hosts::host_of_dir(&e.file_name().to_string_lossy())).collect();
     hosts.sort();
+    hosts.dedup();
     if hosts.is_empty() {
-        return vec![warning("registry", format!("{} names no registry (no <host>/hosts.toml)", dir.display()), "add DIR/<host>/hosts.toml for each registry")];
+        return vec![warning("registry", format!("{} names no registry (no <host> directory)", dir.display()), "add DIR/<host>/hosts.toml for each registry")];
     }
     let mut out = Vec::new();
     for host in hosts {

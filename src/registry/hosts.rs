@@ -1,6 +1,10 @@
-//! hosts: containerd's `hosts.toml` (`<hosts_dir>/<host[:port]>/hosts.toml`) for the scheme,
-//! address and TLS settings of a registry's own server. Mirrors (`[host."..."]` entries that
-//! are not the server) are ignored on purpose: verification goes to the origin, never a mirror.
+//! hosts: containerd's registry host directories, read as containerd reads them, for the
+//! scheme, address and TLS settings of a registry's own server. For registry `host` under a
+//! hosts directory the first of `host_port_` (a host with a port), `host` and `_default` that
+//! exists is the host's directory; in it `hosts.toml`, or without one Docker's certs.d layout
+//! (`*.crt` CA files, `*.cert` client certificates with their `*.key`). Relative paths are
+//! relative to that directory. Mirrors (`[host."..."]` entries that are not the server) are
+//! ignored on purpose: verification goes to the origin, never a mirror.
 //! Two sources, trusted differently: the daemon's `[registry] hosts_dir` (the operator's; every
 //! setting applies) and a request's `--hosts-dir`, which the CLI reads in its own process and
 //! from which only the `server` is taken (a request may not bring its own TLS trust). Files are
@@ -21,6 +25,16 @@ pub struct Endpoint {
     pub base: String,
     pub skip_verify: bool,
     pub ca: Vec<PathBuf>,
+    /// Client certificates for TLS client authentication, in the order given.
+    pub client: Vec<ClientPair>,
+}
+
+/// A client certificate file and its private key's file (None: the key is in the
+/// certificate's file).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientPair {
+    pub cert: PathBuf,
+    pub key: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -59,11 +73,35 @@ enum OneOrMany {
 }
 
 impl OneOrMany {
-    fn paths(self) -> Vec<PathBuf> {
+    /// The paths, relative ones taken from `base` (the host's directory), as containerd does.
+    fn paths(self, base: &Path) -> Vec<PathBuf> {
         match self {
-            OneOrMany::One(s) => vec![s.into()],
-            OneOrMany::Many(v) => v.into_iter().map(PathBuf::from).collect(),
+            OneOrMany::One(s) => vec![base.join(s)],
+            OneOrMany::Many(v) => v.into_iter().map(|p| base.join(p)).collect(),
         }
+    }
+}
+
+/// containerd's forms of `client`: one file holding certificate and key, a list of such files,
+/// or a list of `[certificate, key]` pairs (an empty key: the key is in the certificate's file).
+fn client_pairs(v: toml::Value, base: &Path) -> Result<Vec<ClientPair>, String> {
+    use toml::Value;
+    let one = |cert: &str, key: Option<&str>| ClientPair { cert: base.join(cert), key: key.filter(|k| !k.is_empty()).map(|k| base.join(k)) };
+    let bad = || "client must be a file, a list of files, or a list of [certificate, key] pairs of files".to_string();
+    match v {
+        Value::String(s) => Ok(vec![one(&s, None)]),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(s) => Ok(one(s, None)),
+                Value::Array(pair) => match pair.as_slice() {
+                    [Value::String(c), Value::String(k)] => Ok(one(c, Some(k))),
+                    _ => Err(bad()),
+                },
+                _ => Err(bad()),
+            })
+            .collect(),
+        _ => Err(bad()),
     }
 }
 
@@ -77,9 +115,76 @@ pub fn endpoint(host: &str, hosts_dir: Option<&Path>, plain_http: bool, server: 
     }
     let default = Endpoint { base: format!("{}://{host}", if plain_http { "http" } else { "https" }), ..Endpoint::default() };
     let Some(dir) = hosts_dir else { return Ok(default) };
-    let path = dir.join(host).join("hosts.toml");
-    let Some(text) = read_hosts_file(&path)? else { return Ok(default) };
-    parse(&text, host, plain_http).map_err(|reason| HostsError::Invalid { path, reason })
+    let Some(hdir) = host_dir(dir, host)? else { return Ok(default) };
+    let path = hdir.join("hosts.toml");
+    match read_hosts_file(&path)? {
+        Some(text) if !text.is_empty() => parse(&text, host, plain_http, &hdir).map_err(|reason| HostsError::Invalid { path, reason }),
+        _ => certs_d(&hdir, default),
+    }
+}
+
+/// The directory containerd reads for registry `host` under `root`: the first of
+/// `host_port_` (when `host` has a port), `host` and `_default` that exists. `host` is a
+/// reference's registry name (no `/`, no `..`).
+pub fn host_dir(root: &Path, host: &str) -> Result<Option<PathBuf>, HostsError> {
+    let mut names = Vec::with_capacity(3);
+    if let Some((name, port)) = host.rsplit_once(':').filter(|(n, _)| !n.is_empty()) {
+        names.push(format!("{name}_{port}_"));
+    }
+    names.push(host.to_string());
+    names.push("_default".to_string());
+    for name in names {
+        let path = root.join(name);
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() => return Ok(Some(path)),
+            Ok(_) => return Err(HostsError::Invalid { path, reason: "not a directory".into() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(HostsError::Invalid { path, reason: e.to_string() }),
+        }
+    }
+    Ok(None)
+}
+
+/// The registry a host directory's name stands for: `host_port_` is `host:port`; None for
+/// `_default` (every registry without a directory of its own).
+pub fn host_of_dir(name: &str) -> Option<String> {
+    if name == "_default" {
+        return None;
+    }
+    let port_form = name.strip_suffix('_').and_then(|n| n.rsplit_once('_')).filter(|(h, p)| !h.is_empty() && !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    Some(match port_form {
+        Some((h, p)) => format!("{h}:{p}"),
+        None => name.to_string(),
+    })
+}
+
+/// A host directory without hosts.toml, read as Docker's certs.d (containerd's fallback):
+/// every `*.crt` a CA file, every `*.cert` a client certificate with the `*.key` of the same
+/// name if there is one (else the key is in the certificate's file); in file-name order.
+fn certs_d(dir: &Path, mut ep: Endpoint) -> Result<Endpoint, HostsError> {
+    let bad = |e: std::io::Error| HostsError::Invalid { path: dir.to_path_buf(), reason: e.to_string() };
+    let mut names: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(bad)? {
+        let entry = entry.map_err(bad)?;
+        if !entry.file_type().map_err(bad)?.is_dir() {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    for name in names {
+        if name.ends_with(".crt") {
+            ep.ca.push(dir.join(&name));
+        } else if let Some(stem) = name.strip_suffix(".cert") {
+            let key = dir.join(format!("{stem}.key"));
+            let key = match std::fs::metadata(&key) {
+                Ok(_) => Some(key),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(HostsError::Invalid { path: key, reason: e.to_string() }),
+            };
+            ep.client.push(ClientPair { cert: dir.join(&name), key });
+        }
+    }
+    Ok(ep)
 }
 
 /// Reads a hosts.toml: None when there is none; an error unless it is a regular file (a
@@ -152,17 +257,20 @@ pub fn request_server(text: &str, host: &str) -> Result<Option<String>, String> 
     }
 }
 
-/// Parses the text of a hosts.toml for registry `host` (the operator's: TLS settings apply).
-pub fn parse(text: &str, host: &str, plain_http: bool) -> Result<Endpoint, String> {
+/// Parses the text of a hosts.toml for registry `host` (the operator's: TLS settings apply),
+/// found in directory `base` (relative paths are relative to it).
+pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<Endpoint, String> {
     let f = parse_toml(text)?;
     let server = f.server.clone().unwrap_or_else(|| format!("https://{host}"));
-    let base = normalize_server(&server, plain_http)?;
-    let mut ep = Endpoint { base, skip_verify: f.skip_verify, ca: f.ca.map(OneOrMany::paths).unwrap_or_default() };
+    let mut ep = Endpoint { base: normalize_server(&server, plain_http)?, skip_verify: f.skip_verify, ..Endpoint::default() };
+    ep.ca = f.ca.map(|c| c.paths(base)).unwrap_or_default();
+    ep.client = f.client.map(|c| client_pairs(c, base)).transpose()?.unwrap_or_default();
     // TLS settings given under the server's own [host."..."] entry apply to it too.
     for (name, h) in f.host {
         if name.trim_end_matches('/') == server.trim_end_matches('/') {
             ep.skip_verify |= h.skip_verify;
-            ep.ca.extend(h.ca.map(OneOrMany::paths).unwrap_or_default());
+            ep.ca.extend(h.ca.map(|c| c.paths(base)).unwrap_or_default());
+            ep.client.extend(h.client.map(|c| client_pairs(c, base)).transpose()?.unwrap_or_default());
         }
     }
     Ok(ep)
@@ -174,24 +282,26 @@ mod tests {
 
     #[test]
     fn server_and_tls() {
-        let e = parse("server = \"http://127.0.0.1:5000\"\n", "127.0.0.1:5000", false).unwrap();
+        let root = Path::new("/etc/containerd/certs.d/reg.io");
+        let e = parse("server = \"http://127.0.0.1:5000\"\n", "127.0.0.1:5000", false, root).unwrap();
         assert_eq!(e.base, "http://127.0.0.1:5000");
         let e = parse(
             "server = \"https://reg.io\"\n[host.\"https://reg.io\"]\nskip_verify = true\nca = [\"/etc/ca.pem\"]\n[host.\"https://mirror.io\"]\nca = \"/m.pem\"\n",
             "reg.io",
             false,
+            root,
         )
         .unwrap();
         assert_eq!(e.base, "https://reg.io");
         assert!(e.skip_verify);
         assert_eq!(e.ca, vec![PathBuf::from("/etc/ca.pem")]);
-        assert_eq!(parse("", "reg.io", true).unwrap().base, "http://reg.io");
+        assert_eq!(parse("", "reg.io", true, root).unwrap().base, "http://reg.io");
     }
 
     #[test]
     fn bad_files() {
         for bad in ["server = 5", "server = \"ftp://x\"", "server = \"http://x/path\"", "server = \"http://x?q\"", "[[[", "server = \"not a url\""] {
-            assert!(parse(bad, "x", false).is_err(), "{bad}");
+            assert!(parse(bad, "x", false, Path::new("/d")).is_err(), "{bad}");
         }
     }
 
@@ -224,7 +334,7 @@ mod tests {
         let text = read_hosts_file(&link).unwrap().unwrap();
         let e = request_server(&text, "r").unwrap_err();
         assert!(e.contains("not valid TOML (line 1)") && !e.contains("SECRET"), "{e}");
-        let e = parse(&text, "r", false).unwrap_err();
+        let e = parse(&text, "r", false, d.path()).unwrap_err();
         assert!(!e.contains("SECRET"), "{e}");
         let fifo = d.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -235,5 +345,76 @@ mod tests {
         std::fs::write(&big, vec![b'#'; (MAX_HOSTS_FILE + 1) as usize]).unwrap();
         assert!(read_hosts_file(&big).unwrap_err().to_string().contains("larger than"));
         assert_eq!(read_hosts_file(&d.path().join("none")).unwrap(), None);
+    }
+
+    fn pair(cert: &str, key: Option<&str>) -> ClientPair {
+        ClientPair { cert: cert.into(), key: key.map(PathBuf::from) }
+    }
+
+    #[test]
+    fn client_certificates_in_containerds_forms_relative_to_the_host_directory() {
+        let base = Path::new("/certs.d/reg.io");
+        let e = parse("client = \"c.pem\"\nca = [\"ca.pem\", \"/abs/ca.pem\"]\n", "reg.io", false, base).unwrap();
+        assert_eq!(e.client, vec![pair("/certs.d/reg.io/c.pem", None)]);
+        assert_eq!(e.ca, vec![PathBuf::from("/certs.d/reg.io/ca.pem"), PathBuf::from("/abs/ca.pem")]);
+        let e = parse("client = [\"/a.pem\", \"b.pem\"]\n", "reg.io", false, base).unwrap();
+        assert_eq!(e.client, vec![pair("/a.pem", None), pair("/certs.d/reg.io/b.pem", None)]);
+        let e = parse(
+            "server = \"https://reg.io\"\n[host.\"https://reg.io\"]\nclient = [[\"c.cert\", \"c.key\"], [\"d.pem\", \"\"]]\n[host.\"https://mirror\"]\nclient = \"m.pem\"\n",
+            "reg.io",
+            false,
+            base,
+        )
+        .unwrap();
+        assert_eq!(e.client, vec![pair("/certs.d/reg.io/c.cert", Some("/certs.d/reg.io/c.key")), pair("/certs.d/reg.io/d.pem", None)]);
+        for bad in ["client = 5", "client = [[\"only-one\"]]", "client = [[\"a\", \"b\", \"c\"]]", "client = [5]", "client = [[\"a\", 5]]", "client = { cert = \"a\" }"] {
+            let e = parse(bad, "reg.io", false, base).unwrap_err();
+            assert!(e.contains("client must be"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_host_directory_is_found_as_containerd_finds_it() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let mk = |name: &str, server: &str| {
+            std::fs::create_dir_all(root.join(name)).unwrap();
+            std::fs::write(root.join(name).join("hosts.toml"), format!("server = \"{server}\"\n")).unwrap();
+        };
+        assert_eq!(endpoint("reg.io:5000", Some(root), false, None).unwrap().base, "https://reg.io:5000");
+        mk("_default", "https://default.example");
+        assert_eq!(endpoint("reg.io:5000", Some(root), false, None).unwrap().base, "https://default.example");
+        mk("reg.io:5000", "https://plain-name.example");
+        assert_eq!(endpoint("reg.io:5000", Some(root), false, None).unwrap().base, "https://plain-name.example");
+        mk("reg.io_5000_", "https://port-form.example");
+        assert_eq!(endpoint("reg.io:5000", Some(root), false, None).unwrap().base, "https://port-form.example");
+        assert_eq!(endpoint("other.io", Some(root), false, None).unwrap().base, "https://default.example");
+        // A file where the directory should be is an error, not "no settings".
+        std::fs::write(root.join("file.io"), "x").unwrap();
+        assert!(endpoint("file.io", Some(root), false, None).unwrap_err().to_string().contains("not a directory"));
+        assert_eq!(host_of_dir("reg.io_5000_").as_deref(), Some("reg.io:5000"));
+        assert_eq!(host_of_dir("reg.io").as_deref(), Some("reg.io"));
+        assert_eq!(host_of_dir("my_reg_").as_deref(), Some("my_reg_"));
+        assert_eq!(host_of_dir("_default"), None);
+    }
+
+    #[test]
+    fn without_hosts_toml_the_directory_is_read_as_dockers_certs_d() {
+        let d = tempfile::tempdir().unwrap();
+        let h = d.path().join("reg.io");
+        std::fs::create_dir_all(h.join("sub.crt")).unwrap();
+        for f in ["b.crt", "a.crt", "client.cert", "client.key", "solo.cert", "notes.txt"] {
+            std::fs::write(h.join(f), "x").unwrap();
+        }
+        let e = endpoint("reg.io", Some(d.path()), false, None).unwrap();
+        assert_eq!(e.base, "https://reg.io");
+        assert_eq!(e.ca, vec![h.join("a.crt"), h.join("b.crt")]);
+        assert_eq!(e.client, vec![ClientPair { cert: h.join("client.cert"), key: Some(h.join("client.key")) }, ClientPair { cert: h.join("solo.cert"), key: None }]);
+        assert!(!e.skip_verify);
+        // An empty hosts.toml is no hosts.toml (containerd's reading); a non-empty one wins.
+        std::fs::write(h.join("hosts.toml"), "").unwrap();
+        assert_eq!(endpoint("reg.io", Some(d.path()), true, None).unwrap().ca.len(), 2);
+        std::fs::write(h.join("hosts.toml"), "# nothing\n").unwrap();
+        assert_eq!(endpoint("reg.io", Some(d.path()), false, None).unwrap(), Endpoint { base: "https://reg.io".into(), ..Default::default() });
     }
 }

@@ -146,6 +146,12 @@ pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<re
         let cert = reqwest::Certificate::from_pem(pem).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
         b = b.add_root_certificate(cert);
     }
+    if let (Some(id), Some(pair)) = (&key.client, ep.client.first()) {
+        // The parser's message names what is wrong (no key, an unknown key form), never the
+        // files' content.
+        let id = reqwest::Identity::from_pem(&id.0).map_err(|e| RegistryError::Config(format!("{}: {}", ClientIdentity::files(pair), error_chain(&e))))?;
+        b = b.identity(id);
+    }
     let client = b.build().map_err(|e| RegistryError::Config(e.to_string()))?;
     let mut clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
     if clients.len() >= MAX_CLIENTS {
@@ -162,17 +168,53 @@ pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<re
 struct ClientKey {
     skip_verify: bool,
     cas: Vec<Vec<u8>>,
+    client: Option<ClientIdentity>,
     timeout: Option<Duration>,
 }
 
 impl ClientKey {
-    /// The key of an endpoint's client, with its CA files as they are now.
+    /// The key of an endpoint's client, with its CA and client certificate files as they are now.
     fn of(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<ClientKey> {
         let mut cas = Vec::with_capacity(ep.ca.len());
         for ca in &ep.ca {
             cas.push(std::fs::read(ca).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?);
         }
-        Ok(ClientKey { skip_verify: ep.skip_verify, cas, timeout })
+        let client = ep.client.first().map(ClientIdentity::read).transpose()?;
+        Ok(ClientKey { skip_verify: ep.skip_verify, cas, client, timeout })
+    }
+}
+
+/// The client certificate a registry's client presents, with its private key (PEM: the
+/// certificate file, then the key file when it is another). Only the first pair of a
+/// hosts.toml is presented: rustls takes one identity per client, and Go (containerd) offers
+/// its first certificate too unless the server names other issuers. Its Debug never shows
+/// the bytes (they hold a private key).
+#[derive(PartialEq, Eq, Hash)]
+struct ClientIdentity(Vec<u8>);
+
+impl std::fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientIdentity(..)")
+    }
+}
+
+impl ClientIdentity {
+    fn read(pair: &hosts::ClientPair) -> Result<ClientIdentity> {
+        let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| RegistryError::Config(format!("{}: {e}", Self::files(pair))));
+        let mut pem = read(&pair.cert)?;
+        if let Some(key) = &pair.key {
+            pem.push(b'\n');
+            pem.extend(read(key)?);
+        }
+        Ok(ClientIdentity(pem))
+    }
+
+    /// The files of `pair`, as errors name them.
+    fn files(pair: &hosts::ClientPair) -> String {
+        match &pair.key {
+            Some(k) => format!("client certificate {} (key {})", pair.cert.display(), k.display()),
+            None => format!("client certificate {} (key in the same file)", pair.cert.display()),
+        }
     }
 }
 
@@ -848,7 +890,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ca = dir.path().join("ca.pem");
         std::fs::write(&ca, "first").unwrap();
-        let ep = |skip_verify: bool| hosts::Endpoint { base: "https://r.example".into(), skip_verify, ca: vec![ca.clone()] };
+        let ep = |skip_verify: bool| hosts::Endpoint { base: "https://r.example".into(), skip_verify, ca: vec![ca.clone()], ..Default::default() };
         let t = Some(Duration::from_secs(5));
         let first = ClientKey::of(&ep(false), t).unwrap();
         assert_eq!(first, ClientKey::of(&ep(false), t).unwrap());
@@ -858,5 +900,34 @@ mod tests {
         assert_ne!(first, ClientKey::of(&ep(false), t).unwrap());
         std::fs::remove_file(&ca).unwrap();
         assert!(matches!(ClientKey::of(&ep(false), t), Err(RegistryError::Config(_))));
+    }
+
+    /// The client certificate and key join the key as the files' bytes at each use, and what is
+    /// wrong with them is said without their content (a key file holds a secret).
+    #[test]
+    fn client_certificates_join_the_key_and_stay_out_of_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("c.cert"), dir.path().join("c.key"));
+        std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nQ0VSVA==\n-----END CERTIFICATE-----\n").unwrap();
+        std::fs::write(&key, "SECRET-KEY-MATERIAL-7q2\n").unwrap();
+        let ep = |key: Option<&std::path::Path>| hosts::Endpoint {
+            base: "https://r.example".into(),
+            client: vec![hosts::ClientPair { cert: cert.clone(), key: key.map(|k| k.to_path_buf()) }],
+            ..Default::default()
+        };
+        let t = Some(Duration::from_secs(5));
+        let first = ClientKey::of(&ep(Some(&key)), t).unwrap();
+        assert_eq!(first, ClientKey::of(&ep(Some(&key)), t).unwrap());
+        assert_ne!(first, ClientKey::of(&ep(None), t).unwrap());
+        assert_ne!(first, ClientKey::of(&hosts::Endpoint { base: "https://r.example".into(), ..Default::default() }, t).unwrap());
+        assert!(!format!("{first:?}").contains("SECRET"));
+        std::fs::write(&key, "SECRET-KEY-MATERIAL-other\n").unwrap();
+        assert_ne!(first, ClientKey::of(&ep(Some(&key)), t).unwrap());
+        // Not a key: the client cannot be built; the error names the files, not their bytes.
+        let e = http_client(&ep(Some(&key)), t).unwrap_err().to_string();
+        assert!(e.contains("c.cert") && e.contains("c.key") && !e.contains("SECRET"), "{e}");
+        std::fs::remove_file(&key).unwrap();
+        let e = ClientKey::of(&ep(Some(&key)), t).unwrap_err().to_string();
+        assert!(e.contains("c.key") && !e.contains("SECRET"), "{e}");
     }
 }
