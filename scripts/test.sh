@@ -100,6 +100,10 @@ for v in 1.6 1.7 2.1 2.4; do
     step "end to end: attacks on the trust model under containerd $v (shared content store)"
     run_part "e2e trust containerd $v shared" env CONTENT_POLICY=shared bash tests/e2e_trust.sh "$v"
   fi
+  if [ "$v" = 1.6 ] || [ "$v" = 2.1 ]; then
+    step "end to end: a registry over mutual TLS, its hosts directory read as containerd reads it, under containerd $v"
+    run_part "e2e tls containerd $v" bash tests/e2e_tls.sh "$v"
+  fi
   step "end to end: an isolated content store without re-downloads under containerd $v"
   run_part "e2e isolated containerd $v" bash tests/e2e_isolated.sh "$v"
   step "end to end: Kubernetes through the CRI front under containerd $v"

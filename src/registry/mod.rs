@@ -152,7 +152,11 @@ pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<re
         let id = reqwest::Identity::from_pem(&id.0).map_err(|e| RegistryError::Config(format!("{}: {}", ClientIdentity::files(pair), error_chain(&e))))?;
         b = b.identity(id);
     }
-    let client = b.build().map_err(|e| RegistryError::Config(e.to_string()))?;
+    // rustls checks the key against the certificate here.
+    let client = b.build().map_err(|e| RegistryError::Config(match ep.client.first() {
+        Some(pair) => format!("{}: {}", ClientIdentity::files(pair), error_chain(&e)),
+        None => error_chain(&e),
+    }))?;
     let mut clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
     if clients.len() >= MAX_CLIENTS {
         clients.clear();
