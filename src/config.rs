@@ -119,8 +119,8 @@ pub struct NamespaceConfig {
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryConfig {
-    /// containerd-style hosts directory (`DIR/<host[:port]>/hosts.toml`) for registries'
-    /// scheme and TLS settings; the CLI's `--hosts-dir` overrides it per request.
+    /// containerd's hosts directory (read as containerd reads it: `registry::hosts`) for
+    /// registries' scheme and TLS settings; a request's `--hosts-dir` may name only a server.
     #[serde(default)]
     pub hosts_dir: Option<PathBuf>,
     /// Longest wait for a connection or for the next bytes of an answer ("30s" when unset); a
