@@ -8,7 +8,9 @@
 #      not the certificate's (a configuration error that quotes no key material), no CA;
 #   3. Docker's certs.d layout (no hosts.toml: ca.crt, client.cert, client.key) in the `host:port`
 #      directory, and `_default/hosts.toml` with certificate and key in one file;
-#   4. `pullgate doctor --registries` names the registry of a `host_port_` directory.
+#   4. a registry whose only access control is the client certificate: a pull without
+#      credentials does not present the node's certificate, and nothing is recorded;
+#   5. `pullgate doctor --registries` names the registry of a `host_port_` directory.
 # Real containerd of the given version configured from plugin/, a real registry with TLS,
 # clientcas and htpasswd, certificates made here with openssl; driven by ctr and pullgate's CLI.
 # Usage: tests/e2e_tls.sh VERSION
@@ -124,7 +126,35 @@ printf 'ca = "ca.pem"\nclient = "client-both.pem"\n' > "$HOSTS/_default/hosts.to
 check "_default/hosts.toml, certificate and key in one file: pullgate pull -n t7" pg pull -n t7 --user "alice:$PW" "$IMG"
 check_out "the image runs in t7" "hello over mutual TLS" ctr_ -n t7 run --rm --snapshotter pullgate "$IMG" tls-run-7
 
-log "4. pullgate doctor --registries"
+log "4. a registry whose only access control is the client certificate"
+# The certificate is the node's, not a tenant's: a pull without credentials does not present it
+# (the registry refuses), so nothing is recorded as served anonymously (public to every tenant).
+REGDIR=$WORK/registry-certonly; mkdir -p "$REGDIR/data"
+_launch_certonly_registry() {
+  registry_config "$REGDIR" "$PORT_1" "  tls:
+    certificate: $T/server.pem
+    key: $T/server.key
+    clientcas:
+      - $T/ca.pem"
+  docker-registry serve "$REGDIR/config.yml" >>"$REGDIR/log" 2>&1 &
+  PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 20 curl -s -o /dev/null --cacert "$T/ca.pem" --cert "$T/client.pem" --key "$T/client.key" "https://127.0.0.1:$PORT_1/v2/"
+}
+launch_on_free_ports 1 _launch_certonly_registry || { fail "the certificate-only registry did not start: $(tail -5 "$REGDIR/log")"; summary; exit 1; }
+CREG=127.0.0.1:$PORT_1
+CIMG=$CREG/private/app:v1
+skopeo copy --quiet --dest-cert-dir "$SK" "oci:$WORK/img:v1" "docker://$CIMG" >/dev/null || fail "push to the certificate-only registry"
+check_out "the registry serves the manifest to the certificate alone (no password)" 200 \
+  curl -s -o /dev/null -w '%{http_code}' --cacert "$T/ca.pem" --cert "$T/client.pem" --key "$T/client.key" \
+  -H 'Accept: application/vnd.oci.image.manifest.v1+json' "https://$CREG/v2/private/app/manifests/v1"
+rm -rf "$HOSTS"/*; D=$HOSTS/$CREG; mkdir -p "$D"
+cp "$T/ca.pem" "$D/ca.crt"; cp "$T/client.pem" "$D/client.cert"; cp "$T/client.key" "$D/client.key"
+out=$(pg pull -n a1 "$CIMG" 2>&1); rc=$?
+if [ "$rc" -ne 0 ] && grep -qiE 'certificate|unavailable' <<<"$out"; then pass "a pull without credentials does not present the node's certificate: refused (exit $rc)"; else fail "a pull without credentials: want refused, got exit $rc: $out"; fi
+check_no_grants "no grant in a1 after the credential-less pull" a1
+check_refused_rc 4 "nothing of the image recorded by pullgate (inspect: not found)" 'not found|no record|unknown' '' pg inspect "$CIMG"
+
+log "5. pullgate doctor --registries"
 hosts_toml "$PORTDIR" '[["client.pem", "client.key"]]'
 cp "$T/client.pem" "$T/client.key" "$PORTDIR/"
 OUT=$("$PG_BIN" doctor --config "$PG/config.toml" --containerd-config "$WORK/containerd/config.toml" --registries 2>&1)

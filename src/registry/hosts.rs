@@ -188,30 +188,40 @@ fn certs_d(dir: &Path, mut ep: Endpoint) -> Result<Endpoint, HostsError> {
 }
 
 /// Reads a hosts.toml: None when there is none; an error unless it is a regular file (a
-/// symlink to one is followed) of at most [`MAX_HOSTS_FILE`] bytes. Opened non-blocking, so a
-/// FIFO put in its place cannot stall the reader.
+/// symlink to one is followed) of at most [`MAX_HOSTS_FILE`] bytes.
 pub fn read_hosts_file(path: &Path) -> Result<Option<String>, HostsError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let bad = |reason: String| HostsError::Invalid { path: path.to_path_buf(), reason };
-    let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(bad(e.to_string())),
-    };
-    let meta = file.metadata().map_err(|e| bad(e.to_string()))?;
+    match read_small_file(path, MAX_HOSTS_FILE) {
+        Ok(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| bad("not UTF-8 text".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(bad(e.to_string())),
+    }
+}
+
+/// Largest CA, client certificate or key file read.
+pub const MAX_CERT_FILE: u64 = 1 << 20;
+
+/// A file of at most `max` bytes, only if it is a regular file (a symlink to one is followed).
+/// Opened non-blocking, so a FIFO put in its place cannot stall the reader, and never read
+/// past `max`. Errors say what is wrong, never the content.
+pub fn read_small_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    let meta = file.metadata()?;
+    let too_big = || Error::new(ErrorKind::InvalidData, format!("larger than {max} bytes"));
     if !meta.is_file() {
-        return Err(bad("not a regular file".into()));
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
     }
-    if meta.len() > MAX_HOSTS_FILE {
-        return Err(bad(format!("larger than {MAX_HOSTS_FILE} bytes")));
+    if meta.len() > max {
+        return Err(too_big());
     }
-    let mut text = String::new();
-    file.take(MAX_HOSTS_FILE + 1).read_to_string(&mut text).map_err(|e| bad(e.to_string()))?;
-    if text.len() as u64 > MAX_HOSTS_FILE {
-        return Err(bad(format!("larger than {MAX_HOSTS_FILE} bytes")));
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(too_big());
     }
-    Ok(Some(text))
+    Ok(bytes)
 }
 
 /// The TOML, or an error that says where it is wrong without quoting the file (which may be

@@ -181,7 +181,7 @@ impl ClientKey {
     fn of(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<ClientKey> {
         let mut cas = Vec::with_capacity(ep.ca.len());
         for ca in &ep.ca {
-            cas.push(std::fs::read(ca).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?);
+            cas.push(hosts::read_small_file(ca, hosts::MAX_CERT_FILE).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?);
         }
         let client = ep.client.first().map(ClientIdentity::read).transpose()?;
         Ok(ClientKey { skip_verify: ep.skip_verify, cas, client, timeout })
@@ -204,7 +204,7 @@ impl std::fmt::Debug for ClientIdentity {
 
 impl ClientIdentity {
     fn read(pair: &hosts::ClientPair) -> Result<ClientIdentity> {
-        let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| RegistryError::Config(format!("{}: {e}", Self::files(pair))));
+        let read = |p: &std::path::Path| hosts::read_small_file(p, hosts::MAX_CERT_FILE).map_err(|e| RegistryError::Config(format!("{}: {e}", Self::files(pair))));
         let mut pem = read(&pair.cert)?;
         if let Some(key) = &pair.key {
             pem.push(b'\n');
@@ -261,6 +261,12 @@ fn forget_challenge(base: &str, repo: &str) {
 #[derive(Clone)]
 pub struct Session {
     http: reqwest::Client,
+    /// The same TLS trust without the operator's client certificate: for a session without
+    /// credentials, the anonymous probe, and hosts other than the registry's own (redirect
+    /// targets, a token service elsewhere). The certificate is the node's, not a tenant's:
+    /// a registry that lets it in without asking for credentials must not make its content
+    /// anyone's (as "anonymous", public) through pullgate.
+    bare: reqwest::Client,
     base: String,
     host: String,
     repo: String,
@@ -289,9 +295,10 @@ pub struct Options<'a> {
 impl Session {
     pub fn new(r: &Reference, cred: Option<Credential>, opts: &Options) -> Result<Session> {
         let ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http, opts.server).map_err(|e| RegistryError::Config(e.to_string()))?;
-        let http = http_client(&ep, opts.timeout)?;
+        let bare = http_client(&hosts::Endpoint { client: vec![], ..ep.clone() }, opts.timeout)?;
+        let http = if cred.is_some() && !ep.client.is_empty() { http_client(&ep, opts.timeout)? } else { bare.clone() };
         let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
-        Ok(Session { http, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false, total, progress: None })
+        Ok(Session { http, bare, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false, total, progress: None })
     }
 
     /// Blob downloads from now on (and from clones made after) report to `progress`.
@@ -423,7 +430,9 @@ impl Session {
         let origin = url::Url::parse(url).map_err(|e| self.protocol(e.to_string()))?;
         let mut current = origin.clone();
         for _ in 0..=MAX_REDIRECTS {
-            let mut req = self.http.request(method.clone(), current.clone());
+            // The client certificate (with credentials) only to the registry's own origin.
+            let client = if current.origin() == origin.origin() { &self.http } else { &self.bare };
+            let mut req = client.request(method.clone(), current.clone());
             if whole {
                 req = req.timeout(self.total);
             }
@@ -481,7 +490,8 @@ impl Session {
             return Err(self.protocol(format!("token realm {:?} is not http(s)", ch.realm)));
         }
         let service = ch.service.clone().unwrap_or_default();
-        let tokens = self.http.clone();
+        let own = url::Url::parse(&self.base).is_ok_and(|b| b.origin() == realm.origin());
+        let tokens = if own { self.http.clone() } else { self.bare.clone() };
         let post = |form: Vec<(&'static str, &str)>| {
             let req = tokens.post(realm.clone()).timeout(self.total).form(&form);
             async move {
@@ -668,7 +678,8 @@ impl Session {
     /// Whether an anonymous client can read the blob here (for the public-layer rule).
     pub async fn anonymous_can_read(&self, digest: &str) -> bool {
         let mut anon = Session {
-            http: self.http.clone(),
+            http: self.bare.clone(),
+            bare: self.bare.clone(),
             base: self.base.clone(),
             host: self.host.clone(),
             repo: self.repo.clone(),
@@ -904,6 +915,12 @@ mod tests {
         assert_ne!(first, ClientKey::of(&ep(false), t).unwrap());
         std::fs::remove_file(&ca).unwrap();
         assert!(matches!(ClientKey::of(&ep(false), t), Err(RegistryError::Config(_))));
+        // A FIFO in the CA file's place is refused at once, not waited on; so is a huge file.
+        nix::unistd::mkfifo(&ca, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(ClientKey::of(&ep(false), t).unwrap_err().to_string().contains("not a regular file"));
+        std::fs::remove_file(&ca).unwrap();
+        std::fs::File::create(&ca).unwrap().set_len(hosts::MAX_CERT_FILE + 1).unwrap();
+        assert!(ClientKey::of(&ep(false), t).unwrap_err().to_string().contains("larger than"));
     }
 
     /// The client certificate and key join the key as the files' bytes at each use, and what is
