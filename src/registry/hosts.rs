@@ -46,6 +46,8 @@ struct HostsFile {
     client: Option<toml::Value>,
     #[serde(default)]
     host: BTreeMap<String, HostEntry>,
+    #[serde(flatten)]
+    checked: Checked,
 }
 
 #[derive(Debug, Deserialize)]
@@ -54,9 +56,47 @@ struct HostEntry {
     skip_verify: bool,
     ca: Option<OneOrMany>,
     client: Option<toml::Value>,
+    #[serde(flatten)]
+    checked: Checked,
+}
+
+/// Settings pullgate does not use but containerd validates: a file containerd cannot read
+/// (it then logs the error and falls back to the directory's certificate files and the
+/// registry's default address) must not send pullgate elsewhere than containerd.
+#[derive(Debug, Deserialize)]
+struct Checked {
+    capabilities: Option<Vec<String>>,
+    #[allow(dead_code)]
+    header: Option<BTreeMap<String, OneOrMany>>,
+    #[allow(dead_code)]
+    override_path: Option<bool>,
+}
+
+impl Checked {
+    fn check(&self) -> Result<(), String> {
+        for c in self.capabilities.iter().flatten() {
+            if !matches!(c.to_ascii_lowercase().as_str(), "pull" | "resolve" | "push") {
+                return Err(format!("unknown capability {:?}: containerd refuses this file (and falls back to the default server), so pullgate does too", crate::reference::excerpt(c)));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl HostsFile {
+    /// What containerd validates in every table (the server's and the mirrors').
+    fn check(&self, base: &Path) -> Result<(), String> {
+        self.checked.check()?;
+        for h in self.host.values() {
+            h.checked.check()?;
+            if let Some(c) = &h.client {
+                // A mirror's client setting is not used, but containerd refuses a malformed one.
+                client_pairs(c.clone(), base)?;
+            }
+        }
+        Ok(())
+    }
+
     fn has_tls_settings(&self) -> bool {
         self.skip_verify || self.ca.is_some() || self.client.is_some() || self.host.values().any(|h| h.skip_verify || h.ca.is_some() || h.client.is_some())
     }
@@ -86,7 +126,7 @@ impl OneOrMany {
 /// or a list of `[certificate, key]` pairs (an empty key: the key is in the certificate's file).
 fn client_pairs(v: toml::Value, base: &Path) -> Result<Vec<ClientPair>, String> {
     use toml::Value;
-    let one = |cert: &str, key: Option<&str>| ClientPair { cert: base.join(cert), key: key.filter(|k| !k.is_empty()).map(|k| base.join(k)) };
+    let one = |cert: &str, key: Option<&str>| ClientPair { cert: base.join(cert), key: key.map(|k| base.join(k)) };
     let bad = || "client must be a file, a list of files, or a list of [certificate, key] pairs of files".to_string();
     match v {
         Value::String(s) => Ok(vec![one(&s, None)]),
@@ -95,6 +135,8 @@ fn client_pairs(v: toml::Value, base: &Path) -> Result<Vec<ClientPair>, String> 
             .map(|item| match item {
                 Value::String(s) => Ok(one(s, None)),
                 Value::Array(pair) => match pair.as_slice() {
+                    // containerd reads an empty key name as the host's directory, and fails.
+                    [Value::String(_), Value::String(k)] if k.is_empty() => Err("client: a pair's key file is empty (containerd fails on it; give the key's file, or the certificate's file alone when it holds the key)".to_string()),
                     [Value::String(c), Value::String(k)] => Ok(one(c, Some(k))),
                     _ => Err(bad()),
                 },
@@ -258,6 +300,7 @@ fn normalize_server(server: &str, plain_http: bool) -> Result<String, String> {
 /// Only the server is taken from a request: TLS settings in it are refused.
 pub fn request_server(text: &str, host: &str) -> Result<Option<String>, String> {
     let f = parse_toml(text)?;
+    f.check(Path::new("/"))?;
     if f.has_tls_settings() {
         return Err("TLS settings (skip_verify, ca, client) come from the daemon's [registry] hosts_dir, not from a request's hosts.toml".into());
     }
@@ -271,6 +314,7 @@ pub fn request_server(text: &str, host: &str) -> Result<Option<String>, String> 
 /// found in directory `base` (relative paths are relative to it).
 pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<Endpoint, String> {
     let f = parse_toml(text)?;
+    f.check(base)?;
     let server = f.server.clone().unwrap_or_else(|| format!("https://{host}"));
     let mut ep = Endpoint { base: normalize_server(&server, plain_http)?, skip_verify: f.skip_verify, ..Endpoint::default() };
     ep.ca = f.ca.map(|c| c.paths(base)).unwrap_or_default();
@@ -370,13 +414,17 @@ mod tests {
         let e = parse("client = [\"/a.pem\", \"b.pem\"]\n", "reg.io", false, base).unwrap();
         assert_eq!(e.client, vec![pair("/a.pem", None), pair("/certs.d/reg.io/b.pem", None)]);
         let e = parse(
-            "server = \"https://reg.io\"\n[host.\"https://reg.io\"]\nclient = [[\"c.cert\", \"c.key\"], [\"d.pem\", \"\"]]\n[host.\"https://mirror\"]\nclient = \"m.pem\"\n",
+            "server = \"https://reg.io\"\n[host.\"https://reg.io\"]\nclient = [[\"c.cert\", \"c.key\"], \"d.pem\"]\ncapabilities = [\"Pull\", \"resolve\"]\n[host.\"https://mirror\"]\nclient = \"m.pem\"\nheader = { x-a = \"1\", x-b = [\"2\", \"3\"] }\n",
             "reg.io",
             false,
             base,
         )
         .unwrap();
         assert_eq!(e.client, vec![pair("/certs.d/reg.io/c.cert", Some("/certs.d/reg.io/c.key")), pair("/certs.d/reg.io/d.pem", None)]);
+        // What containerd refuses (and then falls back from) pullgate refuses too.
+        for bad in ["client = [[\"c.pem\", \"\"]]", "capabilities = [\"fetch\"]", "[host.\"https://m\"]\ncapabilities = [\"pull\", \"x\"]", "[host.\"https://m\"]\nclient = 5", "header = { a = 5 }", "override_path = \"yes\""] {
+            assert!(parse(bad, "reg.io", false, base).is_err(), "{bad}");
+        }
         for bad in ["client = 5", "client = [[\"only-one\"]]", "client = [[\"a\", \"b\", \"c\"]]", "client = [5]", "client = [[\"a\", 5]]", "client = { cert = \"a\" }"] {
             let e = parse(bad, "reg.io", false, base).unwrap_err();
             assert!(e.contains("client must be"), "{bad}: {e}");
