@@ -36,23 +36,27 @@ cert server ca serverAuth IP:127.0.0.1 && cert client ca clientAuth && cert stra
 # The key lines a leak would show (the middle of the client's key).
 KEYLINE=$(sed -n 5p "$T/client.key")
 
-REGDIR=$WORK/registry-tls; mkdir -p "$REGDIR/data"
-htpasswd -Bbc "$REGDIR/htpasswd" alice "$PW" >/dev/null 2>&1
-_launch_tls_registry() {
+# _launch_mtls_registry (REGDIR, and AUTH: its auth: block or nothing): a registry with TLS
+# that requires a client certificate from the CA.
+_launch_mtls_registry() {
+  mkdir -p "$REGDIR/data"
   registry_config "$REGDIR" "$PORT_1" "  tls:
     certificate: $T/server.pem
     key: $T/server.key
     clientcas:
       - $T/ca.pem
-auth:
-  htpasswd:
-    realm: pullgate-test
-    path: $REGDIR/htpasswd"
+$AUTH"
   docker-registry serve "$REGDIR/config.yml" >>"$REGDIR/log" 2>&1 &
   PIDS+=($!); LAUNCHED+=($!)
   wait_serving 20 curl -s -o /dev/null --cacert "$T/ca.pem" --cert "$T/client.pem" --key "$T/client.key" "https://127.0.0.1:$PORT_1/v2/"
 }
-launch_on_free_ports 1 _launch_tls_registry || { fail "the TLS registry did not start: $(tail -5 "$REGDIR/log")"; summary; exit 1; }
+REGDIR=$WORK/registry-tls; mkdir -p "$REGDIR"
+htpasswd -Bbc "$REGDIR/htpasswd" alice "$PW" >/dev/null 2>&1
+AUTH="auth:
+  htpasswd:
+    realm: pullgate-test
+    path: $REGDIR/htpasswd"
+launch_on_free_ports 1 _launch_mtls_registry || { fail "the TLS registry did not start: $(tail -5 "$REGDIR/log")"; summary; exit 1; }
 REG=127.0.0.1:$PORT_1
 IMG=$REG/private/app:v1
 check_out "the registry asks for a password from a client with the CA's certificate" 401 \
@@ -129,18 +133,8 @@ check_out "the image runs in t7" "hello over mutual TLS" ctr_ -n t7 run --rm --s
 log "4. a registry whose only access control is the client certificate"
 # The certificate is the node's, not a tenant's: a pull without credentials does not present it
 # (the registry refuses), so nothing is recorded as served anonymously (public to every tenant).
-REGDIR=$WORK/registry-certonly; mkdir -p "$REGDIR/data"
-_launch_certonly_registry() {
-  registry_config "$REGDIR" "$PORT_1" "  tls:
-    certificate: $T/server.pem
-    key: $T/server.key
-    clientcas:
-      - $T/ca.pem"
-  docker-registry serve "$REGDIR/config.yml" >>"$REGDIR/log" 2>&1 &
-  PIDS+=($!); LAUNCHED+=($!)
-  wait_serving 20 curl -s -o /dev/null --cacert "$T/ca.pem" --cert "$T/client.pem" --key "$T/client.key" "https://127.0.0.1:$PORT_1/v2/"
-}
-launch_on_free_ports 1 _launch_certonly_registry || { fail "the certificate-only registry did not start: $(tail -5 "$REGDIR/log")"; summary; exit 1; }
+REGDIR=$WORK/registry-certonly AUTH=""
+launch_on_free_ports 1 _launch_mtls_registry || { fail "the certificate-only registry did not start: $(tail -5 "$REGDIR/log")"; summary; exit 1; }
 CREG=127.0.0.1:$PORT_1
 CIMG=$CREG/private/app:v1
 skopeo copy --quiet --dest-cert-dir "$SK" "oci:$WORK/img:v1" "docker://$CIMG" >/dev/null || fail "push to the certificate-only registry"
