@@ -718,6 +718,9 @@ pub fn check_cri_principals(cfg: &Config) -> Option<Check> {
 // ---------------------------------------------------------------------------------------------
 // Registries
 
+/// The hosts directory's entry for every registry without a directory of its own.
+const DEFAULT_DIR: &str = "_default";
+
 async fn check_registries(cfg: &Config) -> Vec<Check> {
     let Some(dir) = cfg.registry.hosts_dir.as_deref() else {
         return vec![warning("registry", "no [registry] hosts_dir in pullgate's config: no registry to try", "set [registry] hosts_dir, or drop --registries")];
@@ -727,9 +730,15 @@ async fn check_registries(cfg: &Config) -> Vec<Check> {
         Err(e) => return vec![problem("registry", format!("cannot read the hosts directory {}: {e}", dir.display()), "fix [registry] hosts_dir in pullgate's config")],
     };
     // Every registry directory (`host`, or `host_port_`), with a hosts.toml or certificate files.
-    let mut hosts: Vec<String> = entries.filter_map(|e| e.ok()).filter(|e| e.path().is_dir()).filter_map(|e| crate::registry::hosts::host_of_dir(&e.file_name().to_string_lossy())).collect();
+    // `_default` (every registry without a directory of its own) is read as containerd reads it
+    // too: its hosts.toml must parse, and the server it names (if any) answer.
+    let names: Vec<String> = entries.filter_map(|e| e.ok()).filter(|e| e.path().is_dir()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let mut hosts: Vec<String> = names.iter().filter_map(|n| crate::registry::hosts::host_of_dir(n)).collect();
     hosts.sort();
     hosts.dedup();
+    if names.iter().any(|n| n == DEFAULT_DIR) {
+        hosts.push(DEFAULT_DIR.to_string());
+    }
     if hosts.is_empty() {
         return vec![warning("registry", format!("{} names no registry (no <host> directory)", dir.display()), "add DIR/<host>/hosts.toml for each registry")];
     }
@@ -742,6 +751,10 @@ async fn check_registries(cfg: &Config) -> Vec<Check> {
                 continue;
             }
         };
+        if host == DEFAULT_DIR && ep.base == format!("https://{DEFAULT_DIR}") {
+            out.push(ok("registry", format!("{DEFAULT_DIR} (every registry without a directory of its own) reads well and names no server: each registry is asked itself")));
+            continue;
+        }
         let client = match crate::registry::http_client(&ep, Some(CALL_TIMEOUT)) {
             Ok(c) => c,
             Err(e) => {

@@ -160,6 +160,25 @@ doctor --registries
 rc_is 1 "one registry does not answer"
 line "the registry answers" "^ok +registry +registry $REG_pub answers at http://$REG_pub/v2/ \(HTTP 200\)"
 line "the dead registry is a problem" "^problem +registry +registry $DEAD does not answer at http://$DEAD/v2/"
+# _default (every registry without a directory of its own) is read too, as containerd reads it.
+mkdir -p "$HOSTS/_default"
+printf 'server = "http://%s"\ncapabilities = ["fetch"]\n' "$REG_pub" > "$HOSTS/_default/hosts.toml"
+doctor --registries
+rc_is 1 "a _default containerd would refuse"
+line "the refused _default is a problem" "^problem +registry +registry _default: $HOSTS/_default/hosts.toml: unknown capability \"fetch\""
+line "the registry still answers" "^ok +registry +registry $REG_pub answers at http://$REG_pub/v2/"
+printf 'server = "http://%s"\n' "$REG_pub" > "$HOSTS/_default/hosts.toml"
+doctor --registries
+line "_default's server answers" "^ok +registry +registry _default answers at http://$REG_pub/v2/ \(HTTP 200\)"
+# A server without a scheme is https to containerd, and to pullgate.
+printf 'server = "%s"\n' "$REG_pub" > "$HOSTS/_default/hosts.toml"
+doctor --registries
+line "a server without a scheme is tried with https" "^problem +registry +registry _default does not answer at https://$REG_pub/v2/"
+printf 'skip_verify = false\n' > "$HOSTS/_default/hosts.toml"
+doctor --registries
+rc_is 1 "only the dead registry is a problem"
+line "_default naming no server" "^ok +registry +_default \(every registry without a directory of its own\) reads well and names no server"
+rm -r "$HOSTS/_default"
 
 log "containerd $V: wrong config (built-in snapshotters, no CRI snapshotter, shared content)"
 broken_config

@@ -278,10 +278,17 @@ fn parse_toml(text: &str) -> Result<HostsFile, String> {
     })
 }
 
-/// `scheme://host[:port]` of a server URL, `--plain-http` forcing http.
+/// A server or `[host."..."]` name as containerd reads it: without a scheme (not starting with
+/// "http"), https is meant.
+fn with_scheme(server: &str) -> std::borrow::Cow<'_, str> {
+    if server.starts_with("http") { server.into() } else { format!("https://{server}").into() }
+}
+
+/// `scheme://host[:port]` of a server URL (https when it names none, as containerd reads it),
+/// `--plain-http` forcing http.
 fn normalize_server(server: &str, plain_http: bool) -> Result<String, String> {
     let shown = crate::reference::excerpt(server);
-    let url = url::Url::parse(server).map_err(|e| format!("server {shown:?}: {e}"))?;
+    let url = url::Url::parse(&with_scheme(server)).map_err(|e| format!("server {shown:?}: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(format!("server {shown:?} must be an http or https URL"));
     }
@@ -315,13 +322,13 @@ pub fn request_server(text: &str, host: &str) -> Result<Option<String>, String> 
 pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<Endpoint, String> {
     let f = parse_toml(text)?;
     f.check(base)?;
-    let server = f.server.clone().unwrap_or_else(|| format!("https://{host}"));
+    let server = f.server.as_deref().map(with_scheme).map(|s| s.into_owned()).unwrap_or_else(|| format!("https://{host}"));
     let mut ep = Endpoint { base: normalize_server(&server, plain_http)?, skip_verify: f.skip_verify, ..Endpoint::default() };
     ep.ca = f.ca.map(|c| c.paths(base)).unwrap_or_default();
     ep.client = f.client.map(|c| client_pairs(c, base)).transpose()?.unwrap_or_default();
     // TLS settings given under the server's own [host."..."] entry apply to it too.
     for (name, h) in f.host {
-        if name.trim_end_matches('/') == server.trim_end_matches('/') {
+        if with_scheme(&name).trim_end_matches('/') == server.trim_end_matches('/') {
             ep.skip_verify |= h.skip_verify;
             ep.ca.extend(h.ca.map(|c| c.paths(base)).unwrap_or_default());
             ep.client.extend(h.client.map(|c| client_pairs(c, base)).transpose()?.unwrap_or_default());
@@ -350,6 +357,13 @@ mod tests {
         assert!(e.skip_verify);
         assert_eq!(e.ca, vec![PathBuf::from("/etc/ca.pem")]);
         assert_eq!(parse("", "reg.io", true, root).unwrap().base, "http://reg.io");
+        // Without a scheme, https is meant (containerd's reading), for the server and the
+        // [host."..."] entry whose TLS settings apply to it.
+        let e = parse("server = \"reg.io:5000\"\n[host.\"reg.io:5000\"]\nskip_verify = true\n", "reg.io", false, root).unwrap();
+        assert_eq!(e.base, "https://reg.io:5000");
+        assert!(e.skip_verify);
+        assert_eq!(parse("server = \"reg.io\"\n", "reg.io", true, root).unwrap().base, "http://reg.io");
+        assert_eq!(request_server("server = \"mirror.example:5000\"\n", "r").unwrap(), Some("https://mirror.example:5000".into()));
     }
 
     #[test]
