@@ -225,6 +225,6 @@ fi
 # Rust build (release: the daemon under test is the one an operator would run), and the CRI
 # test client (examples/cri.rs; kubelet's part in the Kubernetes tests).
 if [ -z "${PULLGATE_SKIP_BUILD:-}" ]; then
-  (cd "$here" && cargo build --release --locked --bin pullgate --example cri 2>&1 | tail -n 3)
+  (cd "$here" && cargo build --release --locked --bin pullgate --bin pullgated --example cri 2>&1 | tail -n 3)
 fi
 echo "setup: done"

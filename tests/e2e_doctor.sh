@@ -282,5 +282,17 @@ wait_for 10 test -S "$PG/api.sock"
 doctor
 rc_is 0 "pullgate restarted"
 
+log "containerd $V: the two binaries (pullgate serve and doctor become pullgated)"
+if [ "$(readlink "/proc/$PG_PID/exe")" = "$(dirname "$(readlink -f "$PG_BIN")")/pullgated" ]; then pass "pullgate serve became pullgated in the same process"
+else fail "pullgate serve (pid $PG_PID) runs $(readlink "/proc/$PG_PID/exe"), not pullgated"; fi
+mkdir -p "$WORK/lonely"; cp "$PG_BIN" "$WORK/lonely/pullgate"
+OUT=$("$WORK/lonely/pullgate" check --address "$PG/api.sock" -n team-a "$IMG" 2>&1); RC=$?
+if [ "$RC" -eq 0 ] && [ "$OUT" = allowed ]; then pass "a client command needs no pullgated"; else fail "pullgate check without pullgated: rc $RC: $OUT"; fi
+OUT=$("$WORK/lonely/pullgate" doctor --config "$PG/config.toml" 2>&1); RC=$?
+rc_is 1 "pullgate without pullgated beside it"
+line "doctor says pullgated is missing, and where" "^pullgate: cannot run $WORK/lonely/pullgated: No such file or directory .*installed beside pullgate"
+OUT=$("$WORK/lonely/pullgate" serve --config "$PG/config.toml" 2>&1); RC=$?
+if [ "$RC" -eq 1 ] && grep -q "cannot run $WORK/lonely/pullgated" <<<"$OUT"; then pass "serve says pullgated is missing"; else fail "serve without pullgated: rc $RC: $OUT"; fi
+
 for f in sound namespaces broken; do printf '\n--- doctor output (%s):\n' "$f"; cat "$WORK/$f.txt"; done
 summary "e2e doctor (containerd $V)"
