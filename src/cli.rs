@@ -628,12 +628,17 @@ pub fn run_client_or_exec(cli: Cli) -> i32 {
             Err(code) => code,
         };
     }
+    // Set by a `pullgate` that exec'd: seen here, the file beside pullgate is pullgate itself.
+    if std::env::var_os(EXEC_MARK).is_some() {
+        eprintln!("pullgate: the {DAEMON_BINARY} beside pullgate is pullgate itself (install target/release/{DAEMON_BINARY} there)");
+        return EXIT_CANNOT_EXEC;
+    }
     use std::os::unix::process::CommandExt;
     let daemon = match std::env::current_exe() {
         Ok(exe) => exe.with_file_name(DAEMON_BINARY),
         Err(e) => {
             eprintln!("pullgate: cannot tell where pullgate is installed (to run {DAEMON_BINARY} beside it): {e}");
-            return EXIT_FAILURE;
+            return EXIT_CANNOT_EXEC;
         }
     };
     let mut args = std::env::args_os();
@@ -641,13 +646,39 @@ pub fn run_client_or_exec(cli: Cli) -> i32 {
     if let Some(arg0) = args.next() {
         cmd.arg0(arg0);
     }
-    let e = cmd.args(args).exec();
+    let e = cmd.args(args).env(EXEC_MARK, env!("CARGO_PKG_VERSION")).exec();
     eprintln!("pullgate: cannot run {}: {e} (`serve` and `doctor` are run by {DAEMON_BINARY}, installed beside pullgate)", daemon.display());
-    EXIT_FAILURE
+    if e.kind() == std::io::ErrorKind::NotFound {
+        EXIT_NOT_INSTALLED
+    } else {
+        EXIT_CANNOT_EXEC
+    }
+}
+
+/// Exit code when `pullgated` is not installed beside `pullgate` (as a shell's 127).
+pub const EXIT_NOT_INSTALLED: i32 = 127;
+/// Exit code when `pullgated` cannot be run, or is not the one of this `pullgate` (as a shell's 126).
+pub const EXIT_CANNOT_EXEC: i32 = 126;
+/// Environment variable `pullgate` sets when it becomes `pullgated`: its version.
+const EXEC_MARK: &str = "PULLGATE_EXEC_VERSION";
+
+/// In `pullgated`: refuses to run for a `pullgate` of another version (an upgrade that replaced
+/// one binary of the two); the mark is not passed on. Returns the exit code when refusing.
+fn check_exec_mark() -> Option<i32> {
+    let mark = std::env::var_os(EXEC_MARK)?;
+    // (At start, before the runtime or any other thread exists.)
+    std::env::remove_var(EXEC_MARK);
+    (mark != env!("CARGO_PKG_VERSION")).then(|| {
+        eprintln!("pullgate: pullgate {} ran {DAEMON_BINARY} {}: install both binaries of one build", mark.to_string_lossy(), env!("CARGO_PKG_VERSION"));
+        EXIT_CANNOT_EXEC
+    })
 }
 
 /// `pullgated`'s entry: runs the parsed command, any of them; returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
+    if let Some(code) = check_exec_mark() {
+        return code;
+    }
     let rt = match runtime(matches!(cli.command, Command::Serve { .. })) {
         Ok(rt) => rt,
         Err(code) => return code,

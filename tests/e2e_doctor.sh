@@ -177,7 +177,7 @@ line "a server without a scheme is tried with https" "^problem +registry +regist
 printf 'skip_verify = false\n' > "$HOSTS/_default/hosts.toml"
 doctor --registries
 rc_is 1 "only the dead registry is a problem"
-line "_default naming no server" "^ok +registry +_default \(every registry without a directory of its own\) reads well and names no server"
+line "_default naming no server" "^ok +registry +_default \(every registry without a directory of its own\) reads well and names no server: pullgate asks each registry itself"
 rm -r "$HOSTS/_default"
 
 log "containerd $V: wrong config (built-in snapshotters, no CRI snapshotter, shared content)"
@@ -289,10 +289,19 @@ mkdir -p "$WORK/lonely"; cp "$PG_BIN" "$WORK/lonely/pullgate"
 OUT=$("$WORK/lonely/pullgate" check --address "$PG/api.sock" -n team-a "$IMG" 2>&1); RC=$?
 if [ "$RC" -eq 0 ] && [ "$OUT" = allowed ]; then pass "a client command needs no pullgated"; else fail "pullgate check without pullgated: rc $RC: $OUT"; fi
 OUT=$("$WORK/lonely/pullgate" doctor --config "$PG/config.toml" 2>&1); RC=$?
-rc_is 1 "pullgate without pullgated beside it"
+rc_is 127 "pullgate without pullgated beside it"
 line "doctor says pullgated is missing, and where" "^pullgate: cannot run $WORK/lonely/pullgated: No such file or directory .*installed beside pullgate"
 OUT=$("$WORK/lonely/pullgate" serve --config "$PG/config.toml" 2>&1); RC=$?
-if [ "$RC" -eq 1 ] && grep -q "cannot run $WORK/lonely/pullgated" <<<"$OUT"; then pass "serve says pullgated is missing"; else fail "serve without pullgated: rc $RC: $OUT"; fi
+if [ "$RC" -eq 127 ] && grep -q "cannot run $WORK/lonely/pullgated" <<<"$OUT"; then pass "serve says pullgated is missing"; else fail "serve without pullgated: rc $RC: $OUT"; fi
+# pullgated being pullgate itself (a link or copy) is refused, not exec'd in a loop.
+ln -s pullgate "$WORK/lonely/pullgated"
+OUT=$(timeout 10 "$WORK/lonely/pullgate" doctor --config "$PG/config.toml" 2>&1); RC=$?
+rc_is 126 "pullgated is pullgate itself"
+line "says pullgated is pullgate" "^pullgate: the pullgated beside pullgate is pullgate itself"
+# A pullgated of another version than the pullgate that runs it refuses.
+OUT=$(PULLGATE_EXEC_VERSION=0.0.0-other "$(dirname "$PG_BIN")/pullgated" doctor --config "$PG/config.toml" 2>&1); RC=$?
+rc_is 126 "pullgated of another version than its pullgate"
+line "says to install one build" "^pullgate: pullgate 0.0.0-other ran pullgated [0-9.]+: install both binaries of one build"
 
 for f in sound namespaces broken; do printf '\n--- doctor output (%s):\n' "$f"; cat "$WORK/$f.txt"; done
 summary "e2e doctor (containerd $V)"

@@ -287,13 +287,22 @@ fn with_scheme(server: &str) -> std::borrow::Cow<'_, str> {
 /// `scheme://host[:port]` of a server URL (https when it names none, as containerd reads it),
 /// `--plain-http` forcing http.
 fn normalize_server(server: &str, plain_http: bool) -> Result<String, String> {
-    let shown = crate::reference::excerpt(server);
-    let url = url::Url::parse(&with_scheme(server)).map_err(|e| format!("server {shown:?}: {e}"))?;
+    // A value naming a user may hold a password: never quoted (errors reach tenants and logs).
+    let shown = if server.contains('@') { "(not shown: it names a user)".to_string() } else { format!("{:?}", crate::reference::excerpt(server)) };
+    let full = with_scheme(server);
+    // Only what Go's url.Parse reads as the same scheme and host: the url crate would also take
+    // "https:/h", "https:h", a backslash, a tab, a %-escape or a non-ASCII letter for a host
+    // that containerd reads as none (the registry itself) or refuses.
+    let plain = full.strip_prefix("https://").or_else(|| full.strip_prefix("http://"));
+    if plain.is_none_or(|rest| rest.bytes().any(|b| !(b.is_ascii_graphic()) || matches!(b, b'\\' | b'%'))) {
+        return Err(format!("server {shown} must be http://HOST[:PORT] or https://HOST[:PORT] (or HOST[:PORT], https), in plain ASCII without escapes"));
+    }
+    let url = url::Url::parse(&full).map_err(|e| format!("server {shown}: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!("server {shown:?} must be an http or https URL"));
+        return Err(format!("server {shown} must be an http or https URL"));
     }
     if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() || url.password().is_some() || !matches!(url.path(), "" | "/" | "/v2" | "/v2/") {
-        return Err(format!("server {shown:?} must not carry credentials, a path, query or fragment"));
+        return Err(format!("server {shown} must not carry credentials, a path, query or fragment"));
     }
     let scheme = if plain_http { "http" } else { url.scheme() };
     let authority = match url.port() {
@@ -368,8 +377,13 @@ mod tests {
 
     #[test]
     fn bad_files() {
-        for bad in ["server = 5", "server = \"ftp://x\"", "server = \"http://x/path\"", "server = \"http://x?q\"", "[[[", "server = \"not a url\""] {
+        for bad in ["server = \"https:/evil.example\"", "server = \"https:evil.example\"", "server = \"http:\\\\\\\\evil.example\"", "server = \"evil.example\\\\\"", "server = \"evil.example\\t\"", "server = \"evil%2eexample\"", "server = \"\u{ff45}vil.example\"", "server = \"HTTP://x\"", "server = 5", "server = \"ftp://x\"", "server = \"http://x/path\"", "server = \"http://x?q\"", "[[[", "server = \"not a url\""] {
             assert!(parse(bad, "x", false, Path::new("/d")).is_err(), "{bad}");
+        }
+        // A password in a server is never quoted.
+        for server in ["https://robot:S3cr3t@mirror.corp", "robot:S3cr3t@mirror.corp:5000", "https://robot:S3cr3t@mirror corp"] {
+            let e = parse(&format!("server = \"{server}\"\n"), "x", false, Path::new("/d")).unwrap_err();
+            assert!(!e.contains("S3cr3t") && e.contains("not shown"), "{e}");
         }
     }
 
