@@ -119,23 +119,23 @@ for entry in "${POINTS[@]}"; do
   out=$(ctr_ -n thief run --rm --snapshotter pullgate "$IMG" "thief$n" 2>&1); rc=$?
   settle_gc thief
   if [ $rc -eq 0 ] || ! grep -qF "$DENIED \"thief\"" <<<"$out" || grep -qF "$LEAK" <<<"$out"; then
-    ok=0; echo "    $point: the thief's ctr run was not refused by the gate: rc=$rc: ${out:0:200}"
+    ok=0; echo "    $point: the thief's ctr run was not refused by the gate: rc=$rc: $(shown 200 "$out")"
   fi
   if [ "$want_grant" != - ]; then
     out=$(ctr_ -n "$ns" images pull --plain-http --user "alice:$PW" --snapshotter pullgate "$img" 2>&1); rc=$?
     if [ "$want_grant" = 0 ]; then
       settle_gc "$ns"
-      if [ $rc -eq 0 ] || ! grep -qF "$DENIED \"$ns\"" <<<"$out"; then ok=0; echo "    $point: $ns, without a grant, unpacked with plain ctr: rc=$rc: ${out:0:200}"; fi
-    elif [ $rc -ne 0 ]; then ok=0; echo "    $point: $ns, with the grant the crash left, could not unpack with plain ctr: ${out:0:300}"
+      if [ $rc -eq 0 ] || ! grep -qF "$DENIED \"$ns\"" <<<"$out"; then ok=0; echo "    $point: $ns, without a grant, unpacked with plain ctr: rc=$rc: $(shown 200 "$out")"; fi
+    elif [ $rc -ne 0 ]; then ok=0; echo "    $point: $ns, with the grant the crash left, could not unpack with plain ctr: $(shown 300 "$out")"
     else
       out=$(ctr_ -n "$ns" run --rm --snapshotter pullgate "$img" "cpr$n" 2>&1)
-      grep -qF "$LEAK" <<<"$out" || { ok=0; echo "    $point: $ns, with the grant the crash left, could not run it: ${out:0:200}"; }
+      grep -qF "$LEAK" <<<"$out" || { ok=0; echo "    $point: $ns, with the grant the crash left, could not run it: $(shown 200 "$out")"; }
     fi
   fi
   if [ "$op" = pull ] || [ "$op" = verify ]; then
     # The interrupted work completes, and the image runs.
-    out=$(pg pull -n "$ns" --plain-http --user "alice:$PW" "$img" 2>&1) || { ok=0; echo "    $point: pull after the crash failed: ${out:0:300}"; }
-    out=$(ctr_ -n "$ns" run --rm --snapshotter pullgate "$img" "cp$n" 2>&1) || { ok=0; echo "    $point: run after the crash failed: ${out:0:200}"; }
+    out=$(pg pull -n "$ns" --plain-http --user "alice:$PW" "$img" 2>&1) || { ok=0; echo "    $point: pull after the crash failed: $(shown 300 "$out")"; }
+    out=$(ctr_ -n "$ns" run --rm --snapshotter pullgate "$img" "cp$n" 2>&1) || { ok=0; echo "    $point: run after the crash failed: $(shown 200 "$out")"; }
   fi
 done
 check "${#POINTS[@]} crash points reached, pullgate restarted after each: no grant from work that died before its commit and its namespace's unpack refused, each grant committed before the crash kept and its unpack and run admitted, the thief's ctr run refused, every interrupted pull completed and ran (seed $SEED)" test "$ok" -eq 1
@@ -168,10 +168,10 @@ while read -r i ns op st inflight <&3; do
   # A kill that landed mid-operation: the operation was still running when pullgate was
   # SIGKILLed, and it then failed otherwise than "not found" (a run before any image was there).
   [ "$inflight" = 1 ] && [ "$st" -ne 0 ] && ! grep -qi "not found" <<<"$out" && midop=$((midop + 1))
-  if grep -qF "$DENIED" <<<"$out"; then ok=0; echo "    op $i (${OPNAME[$op]} in $ns, status $st): refused by the gate: ${out:0:200}"; fi
+  if grep -qF "$DENIED" <<<"$out"; then ok=0; echo "    op $i (${OPNAME[$op]} in $ns, status $st): refused by the gate: $(shown 200 "$out")"; fi
   if [ "$st" -eq 0 ]; then
     done_ok=$((done_ok + 1))
-    [ "$op" != 2 ] || grep -qF "$LEAK" <<<"$out" || { ok=0; echo "    op $i (run in $ns) succeeded without printing the image's message: ${out:0:200}"; }
+    [ "$op" != 2 ] || grep -qF "$LEAK" <<<"$out" || { ok=0; echo "    op $i (run in $ns) succeeded without printing the image's message: $(shown 200 "$out")"; }
     continue
   fi
   interrupted=$((interrupted + 1))
@@ -181,7 +181,7 @@ while read -r i ns op st inflight <&3; do
     2) if ctr_ -n "$ns" images ls -q | grep -xF "$IMG" >/dev/null; then
          again=$(ctr_ -n "$ns" run --rm --snapshotter pullgate "$IMG" "again$i" 2>&1)
          grep -qF "$LEAK" <<<"$again" || { ok=0; echo "    op $i: run in $ns failed ($st), and again: ${again:0:300}"; }
-       elif ! grep -qi "not found" <<<"$out"; then ok=0; echo "    op $i: run in $ns (no image there yet) failed otherwise: ${out:0:300}"; fi ;;
+       elif ! grep -qi "not found" <<<"$out"; then ok=0; echo "    op $i: run in $ns (no image there yet) failed otherwise: $(shown 300 "$out")"; fi ;;
   esac
 done 3< "$WORK/ops"
 check "$KILLS kills during pull, verify and run: $done_ok operations finished, $interrupted failed and each succeeded when run again; none was refused by the gate (seed $SEED)" \
@@ -252,9 +252,9 @@ for ns in n0 n1 n2 n3 n4 n5 $CTRD_NS; do
   if ! ng=$(grant_count "$ns" 2>&1); then ok=0; echo "    $ns: $ng"
   elif { [ "$ng" -gt 0 ] && [ "$dec" != allowed ]; } || { [ "$ng" -eq 0 ] && [ "${dec#denied}" = "$dec" ]; }; then ok=0; echo "    $ns: $ng grants, check: $dec"; fi
   # Finish the interrupted work; the image must then run.
-  if ! out=$(pg pull -n "$ns" --plain-http --user "alice:$PW" "$IMG" 2>&1); then ok=0; echo "    $ns: pull after the crashes failed: ${out:0:300}"; fi
+  if ! out=$(pg pull -n "$ns" --plain-http --user "alice:$PW" "$IMG" 2>&1); then ok=0; echo "    $ns: pull after the crashes failed: $(shown 300 "$out")"; fi
   out=$(ctr_ -n "$ns" run --rm --snapshotter pullgate "$IMG" "final-$ns" 2>&1)
-  grep -qF "$LEAK" <<<"$out" || { ok=0; echo "    $ns: run failed: ${out:0:200}"; }
+  grep -qF "$LEAK" <<<"$out" || { ok=0; echo "    $ns: run failed: $(shown 200 "$out")"; }
 done
 check "every namespace's decision matched its grants, and every image pulls and runs afterwards (seed $SEED)" test "$ok" -eq 1
 

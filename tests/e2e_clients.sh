@@ -103,7 +103,7 @@ check_refused "A's nerdctl run with nerdctl's default snapshotter (overlayfs) fa
 log "2. tenant B gets the cached image without a credential: refused"
 check "A's nerdctl save of the image" nerd a --namespace A save -o "$WORK/priv-saved.tar" "$IMG"
 out=$(nerd b --namespace B load -i "$WORK/priv-saved.tar" 2>&1); rc=$?
-echo "         B's nerdctl load: rc=$rc: $(head -c 400 <<<"$out")"
+echo "         B's nerdctl load: rc=$rc: $(shown 400 "$out")"
 check "B's nerdctl load shows nothing of the image" not grep -qF "$PRIVMSG" <<<"$out"
 check "the image is in B's namespace now (ctr images ls)" bash -c "'${CTR[0]}' -a '$CTRD_SOCK' -n B images ls -q | grep -qxF '$IMG'"
 m=$(mark)
@@ -158,7 +158,7 @@ out=$(nerd d --namespace D run --rm --net host "$SHARED" 2>&1); rc=$?
 l2=$(python3 -c 'import json,sys; d=sys.argv[1]; i=json.load(open(d+"/index.json")); b=lambda x: json.load(open(d+"/blobs/sha256/"+x.split(":")[1])); print(b(b(i["manifests"][0]["digest"])["config"]["digest"])["rootfs"]["diff_ids"][1])' "$WORK/priv")
 if [ $rc -ne 0 ] && grep -qE "$(denied D)layer $l2: no grant" <<<"$out" && ! grep -qF "$DIRECTMSG" <<<"$out"; then
   pass "4b: but D's nerdctl run of the one with A's layers is refused on A's layer ($l2), nothing shown"
-else fail "4b: D's nerdctl run of the image with A's layers: rc=$rc: $(head -c 500 <<<"$out")"; fi
+else fail "4b: D's nerdctl run of the image with A's layers: rc=$rc: $(shown 500 "$out")"; fi
 # 4c: the same with verification = "AlwaysVerify": D is refused.
 kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
 printf '\n[policy]\nverification = "AlwaysVerify"\n' >> "$PG/config.toml"

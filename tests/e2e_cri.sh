@@ -127,7 +127,7 @@ containers_of() { direct ListContainers "{\"filter\":{\"pod_sandbox_id\":\"$1\"}
 has_grant() {
   local out rc; out=$(pg grants -n k8s.io 2>&1); rc=$?
   if [ $rc -ne 0 ] || [ "$(head -1 <<<"$out" | awk '{print $1}')" != NAMESPACE ]; then
-    fail "has_grant $1: pullgate grants -n k8s.io failed (rc=$rc): $(head -c 300 <<<"$out")"; return 0
+    fail "has_grant $1: pullgate grants -n k8s.io failed (rc=$rc): $(shown 300 "$out")"; return 0
   fi
   grep -q -- "$1" <<<"$out"
 }

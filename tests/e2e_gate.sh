@@ -453,7 +453,7 @@ hostile() {
   elif ! grep -qE '^(GET|HEAD) /v2/evil/app/manifests/' "$WORK/hostile-$mode.log"; then
     fail "$mode: the hostile registry's log shows no manifest request: $(head -c 300 "$WORK/hostile-$mode.log")"
   elif [ "$ms" -lt $((min * 1000)) ]; then fail "$mode: ended after $ms ms, before the $min s it must take"
-  else pass "$mode: refused (exit $rc, after $ms ms): $(head -c 160 <<<"$out")"; fi
+  else pass "$mode: refused (exit $rc, after $ms ms): $(shown 160 "$out")"; fi
 }
 hostile wrong-digest "digest mismatch for manifest $EVD" "@$EVD"
 hostile huge "larger than 4194304 bytes"
@@ -535,7 +535,7 @@ verify_then_run() {
   for try in 1 2; do
     pg verify -n A --plain-http --user "alice:$PW_ALICE" "$HPRIV" >/dev/null 2>&1 \
       && out=$(run_img A "$id-$try" "$HPRIV" 2>&1) && grep -qF "$LEAK" <<<"$out" && return 0
-    echo "    (try $try: verify and run of A did not succeed within reverify_after: ${out:0:200})"
+    echo "    (try $try: verify and run of A did not succeed within reverify_after: $(shown 200 "$out"))"
     ctr_ -n A containers rm "$id-$try" >/dev/null 2>&1
   done
   return 1
@@ -654,13 +654,13 @@ bad=0; ran=0; refused=0; revoked=0
 for i in $(seq 0 31); do
   wait "${cpid[$i]}"; rc=$?; ns=K$((i % 8)); op=${OPS[$((i / 8))]}; out=$(cat "$WORK/k$i.out")
   case $op in
-    pull|verify) [ $rc -eq 0 ] || { bad=$((bad + 1)); echo "    $op in $ns failed: ${out:0:300}"; } ;;
+    pull|verify) [ $rc -eq 0 ] || { bad=$((bad + 1)); echo "    $op in $ns failed: $(shown 300 "$out")"; } ;;
     # The namespace held a grant before the race and only this revoke removes grants there.
     revoke) if [ $rc -eq 0 ] && [[ $out =~ ^revoked\ ([0-9]+)\ grant ]] && [ "${BASH_REMATCH[1]}" -ge 1 ]; then revoked=$((revoked + 1))
-            else bad=$((bad + 1)); echo "    revoke in $ns: rc=$rc: ${out:0:300}"; fi ;;
+            else bad=$((bad + 1)); echo "    revoke in $ns: rc=$rc: $(shown 300 "$out")"; fi ;;
     run) if [ $rc -eq 0 ] && grep -qF "$LEAK" <<<"$out"; then ran=$((ran + 1))
          elif [ $rc -ne 0 ] && grep -qF "$DENIED \"$ns\"" <<<"$out" && ! grep -qF "$LEAK" <<<"$out"; then refused=$((refused + 1))
-         else bad=$((bad + 1)); echo "    run in $ns: rc=$rc: ${out:0:300}"; fi ;;
+         else bad=$((bad + 1)); echo "    run in $ns: rc=$rc: $(shown 300 "$out")"; fi ;;
   esac
 done
 check "the 16 pulls and verifies succeeded, each of the 8 revokes removed a grant ($revoked), each of the 8 runs ran or was refused by the gate (ran $ran, refused $refused; anything else: $bad)" \
@@ -680,13 +680,22 @@ check "the race overlapped: all 32 operations timed ($ntimed), up to $peak runni
 check "pullgate is still serving" kill -0 "$PG_PID"
 # decision NS: "allowed" or "denied" when NS's grants, `pullgate check` and `ctr run` agree on it.
 decision() {
-  local ns=$1 n dec out rc
+  local ns=$1 n dec out rc try
   n=$(grant_count "$ns" 2>&1) || { echo "inconsistent: $n"; return; }
   dec=$(pg check -n "$ns" "$TPRIV" 2>&1)
-  out=$(run_img "$ns" "agree-$ns-$RANDOM" "$TPRIV" 2>&1); rc=$?
+  # A run that exits 0 having printed nothing of the container (neither its /msg nor the `ls` of
+  # /etc/pullgate-test after it, "two") says nothing about its rootfs: its output was lost on the
+  # way (seen once in CI, containerd 2.4 after this race; the quote then held only ctr's warnings).
+  # Such a run is made again, at most three in all, and said so. A run that lists "two" without
+  # the /msg ran on a wrong rootfs: no second try.
+  for try in 1 2 3; do
+    out=$(run_img "$ns" "agree-$ns-$RANDOM" "$TPRIV" 2>&1); rc=$?
+    [ $rc -eq 0 ] && ! grep -qF "$LEAK" <<<"$out" && ! grep -qx two <<<"$out" || break
+    echo "    ($ns: ctr run exited 0 with no output of the container, try $try of 3: $(shown 200 "$out"))" >&2
+  done
   if [ "$n" -gt 0 ] && [ "$dec" = allowed ] && [ $rc -eq 0 ] && grep -qF "$LEAK" <<<"$out"; then echo allowed
   elif [ "$n" -eq 0 ] && [[ $dec == denied:* ]] && [ $rc -ne 0 ] && grep -qF "$DENIED \"$ns\"" <<<"$out" && ! grep -qF "$LEAK" <<<"$out"; then echo denied
-  else echo "inconsistent: $n grant(s), check: ${dec:0:80}, ctr run rc=$rc: ${out:0:160}"; fi
+  else echo "inconsistent: $n grant(s), check: $(shown 80 "$dec"), ctr run rc=$rc: $(shown 400 "$out")"; fi
 }
 agree=1; seen=""
 for k in 0 1 2 3 4 5 6 7; do

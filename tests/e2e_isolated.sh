@@ -94,7 +94,7 @@ log "2. B without a grant cannot read A's blobs"
 for d in $BLOBS; do
   out=$(ctr_ -n B content get "$d" 2>&1); rc=$?
   if [ $rc -ne 0 ] && grep -q "not found" <<<"$out" && [ ${#out} -lt 400 ]; then pass "containerd's isolated store: B's content get $d: not found"
-  else fail "containerd's isolated store: B's content get $d: rc=$rc, ${#out} bytes: $(head -c 200 <<<"$out")"; fi
+  else fail "containerd's isolated store: B's content get $d: rc=$rc, ${#out} bytes: $(shown 200 "$out")"; fi
 done
 : > "$WORK/empty"
 for d in $BLOBS; do

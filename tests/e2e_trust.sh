@@ -85,10 +85,10 @@ victim_run() {
   local t=$1 want=$2 ns=$3 id=$4 img=$5 out rc
   out=$(run_cmd "$ns" "$id" "$img" sh -c 'cat /msg; cat /pwned' 2>&1); rc=$?
   if grep -qF -- "$want" <<<"$out"; then pass "$t: $ns's container shows the public image's /msg"
-  else fail "$t: $ns's container shows the public image's /msg (rc=$rc, want '$want', got: $(head -c 600 <<<"$out"))"; fi
+  else fail "$t: $ns's container shows the public image's /msg (rc=$rc, want '$want', got: $(shown 600 "$out"))"; fi
   if grep -qF -- "$want" <<<"$out" && ! grep -qF -- "$PWNED" <<<"$out" && ! grep -qF "poisoned by" <<<"$out"; then
     pass "$t: $ns's container does not see B's /pwned (nor B's /msg)"
-  else fail "$t: $ns's container does not see B's /pwned (nor B's /msg) (rc=$rc, got: $(head -c 600 <<<"$out"))"; fi
+  else fail "$t: $ns's container does not see B's /pwned (nor B's /msg) (rc=$rc, got: $(shown 600 "$out"))"; fi
 }
 # still_protected DESC DIFFID: `pullgate inspect DIFFID` works and calls the layer protected.
 still_protected() { check_out "$1" "layer $2 protected" pg inspect "$2"; }
@@ -307,7 +307,7 @@ check_err "4: B's Prepare('extract-3 chainID(made-up, A's protected diffID)', ma
   snap B prepare "extract-3 $T" made-up-parent
 out=$(snap B ls 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q '^KEY' <<<"$out" && ! grep -qF "extract-2 $T" <<<"$out" && ! grep -qF "extract-3 $T" <<<"$out"; then pass "4: ctr snapshots ls works and shows neither extract snapshot in B"
-else fail "4: snapshots ls: rc=$rc: $(head -c 600 <<<"$out")"; fi
+else fail "4: snapshots ls: rc=$rc: $(shown 600 "$out")"; fi
 
 log "5. a $REFL label on a container's rootfs Prepare does not bypass the principal check"
 check "5: pullgate pull -n P --principal pod1" pg pull -n P --principal pod1 --plain-http --user "alice:$PW_ALICE" "$HPRIV"
@@ -489,7 +489,7 @@ check_out "8c: bteam's p1 runs it" "private app" run_img bteam b8a --snapshotter
 out=$(run_img bteam b8b --snapshotter-label "$PL=p2" "$ZAPP" 2>&1); rc=$?
 refused8() { [ "$rc" -ne 0 ] && grep -qF "$DENIED \"bteam\" (principal \"p2\")" <<<"$out" && ! grep -qF "private app" <<<"$out"; }
 if refused8; then pass "8c: p2's run is refused by the gate and shows nothing of the image"
-else fail "8c: p2's run is refused by the gate and shows nothing of the image (rc=$rc: $(head -c 600 <<<"$out"))"; fi
+else fail "8c: p2's run is refused by the gate and shows nothing of the image (rc=$rc: $(shown 600 "$out"))"; fi
 if refused8 && grep -qF "zteam/app" <<<"$out"; then pass "8c: the refusal names bteam's own image zteam/app"
 else fail "8c: the refusal names bteam's own image zteam/app: $(grep -oE "$DENIED.{0,400}" <<<"$out" | head -1)"; fi
 if refused8 && ! grep -qF "private/app" <<<"$out"; then pass "8c: the refusal does not name A's repository private/app"
@@ -530,7 +530,7 @@ if [ -n "${BU:-}" ] && [ "$BU" -gt $((1 << 30)) ] && [ "$BU" -gt $((1100 * BC)) 
   el=$((SECONDS - s)); sleep 1; t1=$(pg_ticks)
   cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", (b - a) / hz}')
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF "expands to more than" <<<"$out"; then pass "8d: pullgate verify of the bomb fails within 30 s (${el}s): 'expands to more than'"
-  else fail "8d: pullgate verify of the bomb fails within 30 s: 'expands to more than' (rc=$rc after ${el}s: $(head -c 600 <<<"$out"))"; fi
+  else fail "8d: pullgate verify of the bomb fails within 30 s: 'expands to more than' (rc=$rc after ${el}s: $(shown 600 "$out"))"; fi
   check "8d: pullgate spent less than 10 s of CPU on it (${cpu}s)" awk -v c="$cpu" 'BEGIN {exit !(c < 10)}'
   check_no_grants "8d: nothing was recorded for bomber" bomber
 else

@@ -24,23 +24,27 @@ NA_CHECKS=()
 na() { NAS=$((NAS + 1)); NA_CHECKS+=("$*"); printf '  n/a  %s\n' "$*"; }
 # check DESC CMD...: passes when CMD succeeds.
 check() { local d=$1; shift; if "$@" >/dev/null 2>&1; then pass "$d"; else fail "$d"; fi; }
+# shown N TEXT: TEXT as a failure message quotes it, at most N bytes, without the warning
+# containerd 2.2 and later prints on every ctr call on a cgroup v1 host (it filled the quote and
+# hid what a failing command had printed).
+shown() { grep -v 'level=warning msg="DEPRECATION: The support for cgroup v1' <<<"$2" | head -c "$1"; }
 # check_out DESC WANT CMD...: passes when CMD succeeds and its output contains WANT.
 check_out() {
   local d=$1 want=$2; shift 2
   local out; out=$("$@" 2>&1); local rc=$?
-  if [ $rc -eq 0 ] && grep -qF -- "$want" <<<"$out"; then pass "$d"; else fail "$d (rc=$rc, want '$want', got: $(head -c 600 <<<"$out"))"; fi
+  if [ $rc -eq 0 ] && grep -qF -- "$want" <<<"$out"; then pass "$d"; else fail "$d (rc=$rc, want '$want', got: $(shown 600 "$out"))"; fi
 }
 # check_has DESC WANT CMD...: passes when CMD's output contains WANT, whatever its exit code.
 check_has() {
   local d=$1 want=$2; shift 2
   local out; out=$("$@" 2>&1)
-  if grep -qF -- "$want" <<<"$out"; then pass "$d"; else fail "$d (want '$want', got: $(head -c 600 <<<"$out"))"; fi
+  if grep -qF -- "$want" <<<"$out"; then pass "$d"; else fail "$d (want '$want', got: $(shown 600 "$out"))"; fi
 }
 # check_err DESC PATTERN CMD...: passes when CMD fails and its output matches the ERE PATTERN.
 check_err() {
   local d=$1 pat=$2; shift 2
   local out; out=$("$@" 2>&1); local rc=$?
-  if [ $rc -ne 0 ] && grep -qiE -- "$pat" <<<"$out"; then pass "$d"; else fail "$d (rc=$rc, want /$pat/, got: $(head -c 600 <<<"$out"))"; fi
+  if [ $rc -ne 0 ] && grep -qiE -- "$pat" <<<"$out"; then pass "$d"; else fail "$d (rc=$rc, want /$pat/, got: $(shown 600 "$out"))"; fi
 }
 # check_refused DESC PATTERN LEAK CMD...: passes when CMD fails, its output matches the ERE
 # PATTERN, and it does not contain LEAK (what the refused container or image would have printed,
@@ -53,8 +57,8 @@ check_refused_rc() {
   local want=$1 d=$2 pat=$3 leak=$4; shift 4
   local out; out=$("$@" 2>&1); local rc=$?
   if [ $rc -eq 0 ] || { [ "$want" != any ] && [ $rc -ne "$want" ]; } || ! grep -qiE -- "$pat" <<<"$out"; then
-    fail "$d (rc=$rc, want exit ${want/any/non-zero} saying /$pat/, got: $(head -c 600 <<<"$out"))"
-  elif [ -n "$leak" ] && grep -qF -- "$leak" <<<"$out"; then fail "$d: refused, but the output carries '$leak': $(head -c 600 <<<"$out")"
+    fail "$d (rc=$rc, want exit ${want/any/non-zero} saying /$pat/, got: $(shown 600 "$out"))"
+  elif [ -n "$leak" ] && grep -qF -- "$leak" <<<"$out"; then fail "$d: refused, but the output carries '$leak': $(shown 600 "$out")"
   else pass "$d"; fi
 }
 
@@ -341,7 +345,7 @@ pg_grants() { "$PG_BIN" grants --address "$PG/api.sock" -n "$1"; }
 grant_count() {
   local out rc; out=$(pg_grants "$1" 2>&1); rc=$?
   if [ $rc -ne 0 ] || [ "$(head -1 <<<"$out" | awk '{print $1}')" != NAMESPACE ]; then
-    echo "pullgate grants -n $1 failed (rc=$rc): $(head -c 300 <<<"$out")" >&2; return 1
+    echo "pullgate grants -n $1 failed (rc=$rc): $(shown 300 "$out")" >&2; return 1
   fi
   echo $(($(wc -l <<<"$out") - 1))
 }
