@@ -337,8 +337,12 @@ printf 'server = "http://127.0.0.1:%s"\n[host."http://127.0.0.1:%s"]\n  capabili
   > "$WORK/bhosts/$H/hosts.toml"
 check "6: the evil registry vouches for A's blobs (HEAD 200) but serves none (GET 404)" bash -c \
   "curl -sfI 'http://127.0.0.1:$EVPORT/v2/private/evil/blobs/$TMD' >/dev/null && ! curl -sf 'http://127.0.0.1:$EVPORT/v2/private/evil/blobs/$TMD' >/dev/null"
+mark6=$(wc -l < "$WORK/evil.log")
 check_err "6: pullgate verify -n B6 --hosts-dir (H -> evil endpoint) $H/private/evil:v1 fails" "not found" \
   pg verify -n B6 --hosts-dir "$WORK/bhosts" --plain-http "$H/private/evil:v1"
+# queries_since LINE: the query strings of the manifest requests the endpoint logged after LINE.
+queries_since() { tail -n +"$(($1 + 1))" "$WORK/evil.log" | grep '/manifests/' | grep -o '?.*' | sort -u | tr '\n' ' '; }
+pgq=$(queries_since "$mark6")
 check_no_grants "6: no grant was recorded for B6" B6
 out=$(pg inspect "$TMD" 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -qF "$H/private/app" <<<"$out" && ! grep -qF "$H/private/evil" <<<"$out"; then pass "6: pullgate inspect of A's manifest lists no origin $H/private/evil"
@@ -352,8 +356,14 @@ check "6: A's token-registry image still has its 2 protected layers ($nprot)" te
 if [ "${CONTENT_POLICY:-isolated}" = isolated ]; then
   evil_pull="could not fetch content descriptor .* not found"; who="containerd's isolated store, not pullgate"
 else evil_pull="$DENIED \"B6\""; who="shared store: pullgate's refusal"; fi
+mark6=$(wc -l < "$WORK/evil.log")
 check_refused "6: B6's plain ctr pull through the evil endpoint is refused ($who)" "$evil_pull" "" \
   ctr_ -n B6 images pull --hosts-dir "$WORK/bhosts" --snapshotter pullgate "$H/private/evil:v1"
+# An endpoint that is not the registry named (a mirror, a proxy) is told which registry it
+# stands for, by pullgate as by containerd: the same ?ns= on every manifest request.
+ctrq=$(queries_since "$mark6")
+check "6: pullgate told the endpoint it stood for $H as containerd did (pullgate: ${pgq:-none}; ctr: ${ctrq:-none})" \
+  test "$pgq" = "?ns=${H/:/%3A} " -a "$ctrq" = "$pgq"
 settle_gc B6
 check "6: B6 takes A's blobs by digest and imports them as stolen.example/tapp:v1" steal_image B6 "$TMD" stolen.example/tapp:v1
 check_refused "6: B6's run of A's image is refused and shows nothing of it" "$DENIED \"B6\"" "private app" run_img B6 b6a stolen.example/tapp:v1

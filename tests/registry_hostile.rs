@@ -407,3 +407,43 @@ fn a_host_the_registry_redirects_to_gets_no_credentials_when_it_asks() {
     let seen = realm_log.lock().unwrap();
     assert!(seen.is_empty(), "the redirect target's realm was asked: {seen:?}");
 }
+
+/// A server that is not the registry named (a mirror or proxy, from a hosts.toml) gets
+/// `?ns=REGISTRY` on every manifest and blob request, encoded as containerd's resolver encodes it;
+/// the registry's own server gets none.
+#[test]
+fn a_mirror_is_told_which_registry_it_serves_as_containerd_tells_it() {
+    let blob = b"xx";
+    let digest = format!("sha256:{}", hex_sha256(blob));
+    let (port, log) = serve("127.0.0.1", Arc::new(|s: &Seen, _| {
+        if s.line.contains("/manifests/") {
+            reply(200, &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")], MANIFEST.as_bytes())
+        } else {
+            reply(200, &[], b"xx")
+        }
+    }));
+    let fetch = |reference: &str| {
+        let r = Reference::parse(reference).unwrap();
+        let server = format!("http://127.0.0.1:{port}");
+        let opts = Options { plain_http: false, hosts_dir: None, server: Some(&server), timeout: Some(Duration::from_secs(5)) };
+        let mut s = Session::new(&r, None, &opts).unwrap();
+        rt().block_on(async {
+            s.get_manifest("v1").await?;
+            let mut b = s.open_blob(&digest, 2).await?;
+            while b.next_chunk().await?.is_some() {}
+            Ok::<_, RegistryError>(s.origin())
+        })
+        .unwrap()
+    };
+    let origin = fetch("registry.example:5000/team/app");
+    let lines: Vec<String> = log.lock().unwrap().drain(..).map(|s| s.line).collect();
+    assert_eq!(
+        lines,
+        [format!("GET /v2/team/app/manifests/v1?ns=registry.example%3A5000 HTTP/1.1"), format!("GET /v2/team/app/blobs/{digest}?ns=registry.example%3A5000 HTTP/1.1")]
+    );
+    assert_eq!(origin, format!("http://127.0.0.1:{port}/team/app"), "the origin is the server contacted");
+    fetch(&format!("127.0.0.1:{port}/team/app"));
+    let lines: Vec<String> = log.lock().unwrap().drain(..).map(|s| s.line).collect();
+    assert!(lines.iter().all(|l| !l.contains('?')), "the registry's own server got a query: {lines:?}");
+    assert_eq!(lines.len(), 2);
+}

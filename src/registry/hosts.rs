@@ -147,15 +147,41 @@ fn client_pairs(v: toml::Value, base: &Path) -> Result<Vec<ClientPair>, String> 
     }
 }
 
+/// Docker Hub's registry name, and the host that serves its API (containerd's ConfigureHosts
+/// sends `docker.io` there, always over https, when no hosts.toml names a server; its resolver
+/// counts the two as one host).
+pub const DOCKER_HUB: &str = "docker.io";
+pub const DOCKER_HUB_API: &str = "registry-1.docker.io";
+
+/// The registry's own server when no hosts.toml names one: `host` over https (http with
+/// `--plain-http`), but Docker Hub's API host over https whatever `--plain-http` says.
+fn default_server(host: &str, plain_http: bool) -> String {
+    if host == DOCKER_HUB {
+        return format!("https://{DOCKER_HUB_API}");
+    }
+    format!("{}://{host}", if plain_http { "http" } else { "https" })
+}
+
+/// Whether requests for registry `registry` sent to the server at `authority` (`host[:port]`)
+/// go through a mirror or proxy, as containerd's resolver decides when it adds `?ns=REGISTRY`
+/// to them: the server is another host, and not Docker Hub's API host for docker.io. containerd
+/// compares the server's host as written; pullgate's is normalized (lower case, no default
+/// port), which differs only for a server naming the registry itself in another spelling,
+/// where a registry that is no proxy ignores the query anyway.
+pub fn is_proxy(registry: &str, authority: &str) -> bool {
+    registry != authority && !(registry == DOCKER_HUB && authority == DOCKER_HUB_API)
+}
+
 /// The endpoint for registry `host`: `server` (a request's, from [`request_server`]) if given,
 /// with no TLS settings of its own; else `hosts.toml` in the operator's `hosts_dir` if it has
-/// one for the host; else https. `--plain-http` forces http either way.
+/// one for the host; else the registry's own server ([`default_server`]). `--plain-http`
+/// forces http on a named server.
 pub fn endpoint(host: &str, hosts_dir: Option<&Path>, plain_http: bool, server: Option<&str>) -> Result<Endpoint, HostsError> {
     if let Some(s) = server {
         let bad = |reason| HostsError::Invalid { path: PathBuf::from("(request)"), reason };
         return Ok(Endpoint { base: normalize_server(s, plain_http).map_err(bad)?, ..Endpoint::default() });
     }
-    let default = Endpoint { base: format!("{}://{host}", if plain_http { "http" } else { "https" }), ..Endpoint::default() };
+    let default = Endpoint { base: default_server(host, plain_http), ..Endpoint::default() };
     let Some(dir) = hosts_dir else { return Ok(default) };
     let Some(hdir) = host_dir(dir, host)? else { return Ok(default) };
     let path = hdir.join("hosts.toml");
@@ -331,7 +357,10 @@ pub fn request_server(text: &str, host: &str) -> Result<Option<String>, String> 
 pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<Endpoint, String> {
     let f = parse_toml(text)?;
     f.check(base)?;
-    let server = f.server.as_deref().map(with_scheme).map(|s| s.into_owned()).unwrap_or_else(|| format!("https://{host}"));
+    let (server, plain_http) = match f.server.as_deref() {
+        Some(s) => (with_scheme(s).into_owned(), plain_http),
+        None => (default_server(host, plain_http), false),
+    };
     let mut ep = Endpoint { base: normalize_server(&server, plain_http)?, skip_verify: f.skip_verify, ..Endpoint::default() };
     ep.ca = f.ca.map(|c| c.paths(base)).unwrap_or_default();
     ep.client = f.client.map(|c| client_pairs(c, base)).transpose()?.unwrap_or_default();
@@ -385,6 +414,23 @@ mod tests {
             let e = parse(&format!("server = \"{server}\"\n"), "x", false, Path::new("/d")).unwrap_err();
             assert!(!e.contains("S3cr3t") && e.contains("not shown"), "{e}");
         }
+    }
+
+    #[test]
+    fn docker_hub_is_served_by_its_api_host_over_https() {
+        let d = tempfile::tempdir().unwrap();
+        for plain_http in [false, true] {
+            assert_eq!(endpoint("docker.io", None, plain_http, None).unwrap().base, "https://registry-1.docker.io");
+            assert_eq!(endpoint("docker.io", Some(d.path()), plain_http, None).unwrap().base, "https://registry-1.docker.io");
+            assert_eq!(parse("", "docker.io", plain_http, d.path()).unwrap().base, "https://registry-1.docker.io");
+        }
+        // A hosts.toml naming a server is followed, for docker.io too.
+        assert_eq!(parse("server = \"https://hub-mirror.corp\"\n", "docker.io", false, d.path()).unwrap().base, "https://hub-mirror.corp");
+        assert!(!is_proxy("docker.io", "registry-1.docker.io"));
+        assert!(!is_proxy("reg.io:5000", "reg.io:5000"));
+        assert!(is_proxy("reg.io", "mirror.corp"));
+        assert!(is_proxy("reg.io", "reg.io:5000"));
+        assert!(is_proxy("registry-1.docker.io", "docker.io"));
     }
 
     #[test]

@@ -96,7 +96,14 @@ pub struct Resolved {
 /// How origins name an endpoint base URL (`https://host[:port]` or `http://host:port`):
 /// `host[:port]` for https, `http://host:port` for plain http.
 pub fn endpoint_name(base: &str) -> &str {
-    base.strip_prefix("https://").unwrap_or(base)
+    match base.strip_prefix("https://") {
+        // Docker Hub's API host is named as the registry it serves (containerd's resolver
+        // counts the two as one host), so that origins, allowlist entries and messages say
+        // docker.io.
+        Some(hosts::DOCKER_HUB_API) => hosts::DOCKER_HUB,
+        Some(name) => name,
+        None => base,
+    }
 }
 
 /// The origin of repository `repo` at the endpoint base URL `base`.
@@ -270,6 +277,11 @@ pub struct Session {
     base: String,
     host: String,
     repo: String,
+    /// `?ns=REGISTRY` (URL-encoded as Go's url.Values encodes it) when the server is a mirror or
+    /// proxy for the registry ([`hosts::is_proxy`]): containerd adds it to every manifest and
+    /// blob request so that a proxy serving several registries answers for this one, and so
+    /// must pullgate, or it would verify what the proxy serves for another.
+    ns_query: String,
     cred: Option<Credential>,
     /// Authorization header value that worked last (Basic or Bearer).
     authz: Option<String>,
@@ -298,7 +310,9 @@ impl Session {
         let bare = http_client(&hosts::Endpoint { client: vec![], ..ep.clone() }, opts.timeout)?;
         let http = if cred.is_some() && !ep.client.is_empty() { http_client(&ep, opts.timeout)? } else { bare.clone() };
         let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
-        Ok(Session { http, bare, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), cred, authz: None, authenticated: false, total, progress: None })
+        let authority = ep.base.split_once("://").map_or(ep.base.as_str(), |(_, a)| a);
+        let ns_query = if hosts::is_proxy(&r.host, authority) { format!("?ns={}", url::form_urlencoded::byte_serialize(r.host.as_bytes()).collect::<String>()) } else { String::new() };
+        Ok(Session { http, bare, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), ns_query, cred, authz: None, authenticated: false, total, progress: None })
     }
 
     /// Blob downloads from now on (and from clones made after) report to `progress`.
@@ -359,7 +373,7 @@ impl Session {
     /// Sends one request to the registry, going through the auth dance as needed, following
     /// redirects (without credentials to other hosts). Returns a 2xx or 404 response.
     async fn send(&mut self, method: Method, path: &str, accept: Option<&str>) -> Result<reqwest::Response> {
-        let url = format!("{}/v2/{}/{}", self.base, self.repo, path);
+        let url = format!("{}/v2/{}/{}{}", self.base, self.repo, path, self.ns_query);
         // Blob bodies get a size-dependent deadline in BlobReader; everything else one deadline.
         let whole = !path.starts_with("blobs/") || method == Method::HEAD;
         // The challenge this registry gave for this repository last time is answered before the
@@ -683,6 +697,7 @@ impl Session {
             base: self.base.clone(),
             host: self.host.clone(),
             repo: self.repo.clone(),
+            ns_query: self.ns_query.clone(),
             cred: None,
             authz: None,
             authenticated: false,
@@ -887,6 +902,14 @@ pub fn parse_platform(p: &str) -> std::result::Result<(String, String, Option<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn docker_hubs_api_host_is_named_docker_io_in_origins() {
+        assert_eq!(origin_at("https://registry-1.docker.io", "library/alpine"), "docker.io/library/alpine");
+        assert_eq!(origin_at("http://registry-1.docker.io", "library/alpine"), "http://registry-1.docker.io/library/alpine");
+        assert_eq!(origin_at("https://registry-1.docker.io:5000", "a"), "registry-1.docker.io:5000/a");
+        assert_eq!(origin_at("https://reg.io", "a"), "reg.io/a");
+    }
 
     #[test]
     fn platforms() {
