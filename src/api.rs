@@ -137,7 +137,7 @@ impl Api {
         let mut out = Vec::new();
         for (hosts_dir, plain_http) in [(None, false), (None, true), (self.puller.hosts_dir.as_deref(), false)] {
             if let Ok(ep) = crate::registry::hosts::endpoint(&r.host, hosts_dir, plain_http, None) {
-                out.push(crate::registry::origin_at(&ep.base, &r.repo));
+                out.push(crate::registry::origin_at(&ep, &r.repo));
             }
         }
         out.sort();

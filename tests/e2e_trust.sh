@@ -8,6 +8,7 @@
 #   4. an extract of a protected layer on a made-up parent chain;
 #   5. a containerd.io/snapshot.ref label on a container's rootfs Prepare (principal bypass);
 #   6. an origin recorded by the name asked for, not the endpoint that answered (hosts.toml);
+#      6b: one registry's answers through a proxy for several vouching for another's blobs;
 #   7. a denial naming another tenant's repository;
 #   8. tenant-controlled request arguments: a --hosts-dir hosts.toml that is a symlink to a secret,
 #      a directory, a FIFO, over 64 KiB or carries TLS settings; an image name pulled from
@@ -369,6 +370,39 @@ check "6: B6 takes A's blobs by digest and imports them as stolen.example/tapp:v
 check_refused "6: B6's run of A's image is refused and shows nothing of it" "$DENIED \"B6\"" "private app" run_img B6 b6a stolen.example/tapp:v1
 settle_gc B6
 check_out "6: A still runs its token-registry image" "private app (token registry)" run_img A a6 "$TPRIV"
+
+log "6b. a proxy for several registries: one registry's answers through it never vouch for another's"
+# A pull-through proxy (tests/nsproxy.py) answers each request for the registry its ?ns= names,
+# as containerd and pullgate tell a server that is not the registry. A6b reaches its registry
+# through it; the attacker names a registry of its own, routed by the same proxy to a registry
+# that serves A6b's manifest under the same repository and says yes to every blob HEAD. At a
+# proxy the origin names the registry (?ns=): A6b's blobs, served at A6b's origin, were never
+# served at the attacker's, so its pull must fetch them there, and gets none.
+mk "$WORK/victim-6b" --tag v1 --message "private app (victim 6b)"
+V6=$REG_h/private/victim-6b:v1
+push_image "$WORK/victim-6b" v1 "$V6" "alice:$PW_ALICE" || fail "push victim 6b"
+V6MD=$(layout_manifest "$WORK/victim-6b")
+_launch_6b() {
+  /usr/bin/python3 "$REPO/tests/evilregistry.py" --port "$PORT_1" --mode vouch --repo private/victim-6b --tag v1 \
+    --manifest "$WORK/victim-6b/blobs/sha256/${V6MD#sha256:}" --log "$WORK/evil6b.log" &
+  PIDS+=($!); LAUNCHED+=($!)
+  /usr/bin/python3 "$REPO/tests/nsproxy.py" --port "$PORT_2" --route "$REG_h=$REG_h" --route "evil.example=127.0.0.1:$PORT_1" --log "$WORK/proxy6b.log" &
+  PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 10 curl -sf "http://127.0.0.1:$PORT_1/v2/" && wait_serving 10 curl -sf "http://127.0.0.1:$PORT_2/v2/"
+}
+launch_on_free_ports 2 _launch_6b || { fail "6b: start the proxy and the attacker's registry"; exit 1; }
+for h in "$REG_h" evil.example; do mkdir -p "$WORK/h6b/$h"; printf 'server = "http://127.0.0.1:%s"\n' "$PORT_2" > "$WORK/h6b/$h/hosts.toml"; done
+check "6b: A6b pulls its image through the proxy" pg pull -n A6b --hosts-dir "$WORK/h6b" --user "alice:$PW_ALICE" "$V6"
+check "6b: (precondition) the proxy answered A6b for $REG_h" grep -qF "/private/victim-6b/manifests/v1?ns=${REG_h/:/%3A} -> $REG_h 200" "$WORK/proxy6b.log"
+check_out "6b: A6b runs it" "private app (victim 6b)" run_img A6b a6b "$V6"
+check_err "6b: B6b's pullgate pull of evil.example/private/victim-6b:v1 through the same proxy fails: that origin never served those blobs" "not found" \
+  pg pull -n B6b --hosts-dir "$WORK/h6b" evil.example/private/victim-6b:v1
+check "6b: (precondition) the proxy answered B6b's manifest request for evil.example (with A6b's manifest)" \
+  grep -qF "/private/victim-6b/manifests/v1?ns=evil.example -> 127.0.0.1:$PORT_1 200" "$WORK/proxy6b.log"
+check_no_grants "6b: no grant was recorded for B6b" B6b
+check "6b: B6b takes A6b's blobs by digest and imports them as stolen.example/v6b:v1" steal_image B6b "$V6MD" stolen.example/v6b:v1
+check_refused "6b: B6b's run of A6b's image is refused and shows nothing of it" "$DENIED \"B6b\"" "private app (victim 6b)" run_img B6b b6b stolen.example/v6b:v1
+settle_gc B6b
 
 log "7. a denial names only what the requester asked for"
 HMD=$(layout_manifest "$WORK/priv")

@@ -441,9 +441,93 @@ fn a_mirror_is_told_which_registry_it_serves_as_containerd_tells_it() {
         lines,
         [format!("GET /v2/team/app/manifests/v1?ns=registry.example%3A5000 HTTP/1.1"), format!("GET /v2/team/app/blobs/{digest}?ns=registry.example%3A5000 HTTP/1.1")]
     );
-    assert_eq!(origin, format!("http://127.0.0.1:{port}/team/app"), "the origin is the server contacted");
+    assert_eq!(origin, format!("http://127.0.0.1:{port}/team/app?ns=registry.example%3A5000"), "the origin is the server contacted, for that registry");
     fetch(&format!("127.0.0.1:{port}/team/app"));
     let lines: Vec<String> = log.lock().unwrap().drain(..).map(|s| s.line).collect();
     assert!(lines.iter().all(|l| !l.contains('?')), "the registry's own server got a query: {lines:?}");
     assert_eq!(lines.len(), 2);
+}
+
+/// A proxy answering each registry with its own content: two registries through it are two
+/// origins and two endpoints (one tenant's registry never vouches for the other's blobs).
+#[test]
+fn two_registries_behind_one_proxy_are_two_origins() {
+    let (port, _) = serve("127.0.0.1", Arc::new(|s: &Seen, _| {
+        let body = if s.line.contains("ns=evil.example") { MANIFEST.replace("\"layers\":[]", "\"layers\":[],\"annotations\":{\"x\":\"evil\"}") } else { MANIFEST.to_string() };
+        reply(200, &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")], body.as_bytes())
+    }));
+    let server = format!("http://127.0.0.1:{port}");
+    let get = |reference: &str| {
+        let r = Reference::parse(reference).unwrap();
+        let opts = Options { plain_http: false, hosts_dir: None, server: Some(&server), timeout: Some(Duration::from_secs(5)) };
+        let mut s = Session::new(&r, None, &opts).unwrap();
+        let m = rt().block_on(s.get_manifest("v1")).unwrap();
+        (s.origin(), s.endpoint().to_string(), m.digest)
+    };
+    let (oa, ea, ma) = get("reg-a.example/team/app:v1");
+    let (ob, eb, mb) = get("evil.example/team/app:v1");
+    assert_ne!(ma, mb, "the proxy answered for two registries");
+    assert_ne!(oa, ob);
+    assert_ne!(ea, eb);
+    assert_eq!(pullgate::registry::origin_endpoint(&oa), ea);
+}
+
+/// A challenge remembered for one registry behind a proxy is not answered for another: a
+/// tenant's password never goes to the token service another registry behind it named.
+#[test]
+fn a_challenge_remembered_through_a_proxy_stays_with_its_registry() {
+    let (tport, tlog) = serve("127.0.0.1", Arc::new(|_: &Seen, _| reply(200, &[], br#"{"token":"evil-tok"}"#)));
+    let (port, _) = serve("127.0.0.1", Arc::new(move |s: &Seen, port| {
+        let ok = |b: &[u8]| reply(200, &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")], b);
+        if s.line.contains("/token") {
+            return reply(200, &[], br#"{"token":"good"}"#);
+        }
+        if s.line.contains("ns=evil.example") {
+            if s.authorization.as_deref() == Some("Bearer evil-tok") {
+                return ok(MANIFEST.as_bytes());
+            }
+            let ch = format!(r#"Bearer realm="http://127.0.0.1:{tport}/token",service="evil""#);
+            return reply(401, &[("WWW-Authenticate", ch.as_str())], b"");
+        }
+        if s.authorization.as_deref() == Some("Bearer good") {
+            return ok(MANIFEST.as_bytes());
+        }
+        let ch = format!(r#"Bearer realm="http://127.0.0.1:{port}/token",service="proxy""#);
+        reply(401, &[("WWW-Authenticate", ch.as_str())], b"")
+    }));
+    let server = format!("http://127.0.0.1:{port}");
+    let get = |reference: &str, cred: &str| {
+        let r = Reference::parse(reference).unwrap();
+        let opts = Options { plain_http: false, hosts_dir: None, server: Some(&server), timeout: Some(Duration::from_secs(5)) };
+        let mut s = Session::new(&r, Some(Credential::parse(cred).unwrap()), &opts).unwrap();
+        rt().block_on(s.get_manifest("v1")).map(|_| ())
+    };
+    get("evil.example/team/app:v1", "mallory:pw").unwrap();
+    tlog.lock().unwrap().clear();
+    get("reg-a.example/team/app:v1", "alice:S3cret-victim").unwrap();
+    let seen: Vec<String> = tlog.lock().unwrap().iter().map(|s| format!("{} {}", s.line, s.body)).collect();
+    assert!(seen.is_empty(), "the other registry's token service was asked: {seen:?}");
+}
+
+/// Whether a server is a proxy is decided as containerd decides it: only for a named server,
+/// by its host as written against the registry's name as written.
+#[test]
+fn a_proxy_is_told_apart_as_containerd_tells_it() {
+    use pullgate::registry::hosts;
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("_default")).unwrap();
+    // No server named: the registry's own server, no ns.
+    std::fs::write(d.path().join("_default/hosts.toml"), "skip_verify = true\n").unwrap();
+    for host in ["reg.example:443", "Reg.Example", "reg.example"] {
+        assert_eq!(hosts::endpoint(host, Some(d.path()), false, None).unwrap().ns, None, "{host}");
+    }
+    let ns = |host: &str, server: &str| hosts::endpoint(host, None, false, Some(server)).unwrap().ns;
+    assert_eq!(ns("reg.example:443", "https://reg.example:443"), None);
+    assert_eq!(ns("reg.example", "https://reg.example:443"), Some("reg.example".into()));
+    assert_eq!(ns("reg.example", "https://Reg.Example"), Some("reg.example".into()));
+    assert_eq!(ns("docker.io", "https://registry-1.docker.io"), None);
+    assert_eq!(ns("docker.io", "https://registry-1.docker.io:443"), Some("docker.io".into()));
+    assert_eq!(ns("reg.example", "reg.example/v2"), None);
+    // docker.io itself serves no registry API: refused as a server.
+    assert!(hosts::endpoint("evil.example", None, false, Some("https://docker.io")).is_err());
 }

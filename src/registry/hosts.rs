@@ -27,6 +27,10 @@ pub struct Endpoint {
     pub ca: Vec<PathBuf>,
     /// Client certificates for TLS client authentication, in the order given.
     pub client: Vec<ClientPair>,
+    /// The registry this server is asked to answer for, when it is a mirror or proxy
+    /// ([`is_proxy`]): containerd's `?ns=` on every manifest and blob request, and part of the
+    /// origin (a proxy serves each registry its own content).
+    pub ns: Option<String>,
 }
 
 /// A client certificate file and its private key's file (None: the key is in the
@@ -162,14 +166,20 @@ fn default_server(host: &str, plain_http: bool) -> String {
     format!("{}://{host}", if plain_http { "http" } else { "https" })
 }
 
-/// Whether requests for registry `registry` sent to the server at `authority` (`host[:port]`)
-/// go through a mirror or proxy, as containerd's resolver decides when it adds `?ns=REGISTRY`
-/// to them: the server is another host, and not Docker Hub's API host for docker.io. containerd
-/// compares the server's host as written; pullgate's is normalized (lower case, no default
-/// port), which differs only for a server naming the registry itself in another spelling,
-/// where a registry that is no proxy ignores the query anyway.
+/// Whether requests for registry `registry` sent to a server that names itself `authority`
+/// (`host[:port]` as the server value writes it, Go's `url.URL.Host`) go through a mirror or
+/// proxy, as containerd's resolver decides when it adds `?ns=REGISTRY` to them: the server is
+/// another host, and not Docker Hub's API host for docker.io. Only for a named server: without
+/// one the registry's own server is used and nothing is added.
 pub fn is_proxy(registry: &str, authority: &str) -> bool {
     registry != authority && !(registry == DOCKER_HUB && authority == DOCKER_HUB_API)
+}
+
+/// The endpoint at server `server` (a named one) for registry `host`.
+fn at_server(server: &str, host: &str, plain_http: bool) -> Result<Endpoint, String> {
+    let (base, authority) = normalize_server(server, plain_http)?;
+    let ns = is_proxy(host, &authority).then(|| host.to_string());
+    Ok(Endpoint { base, ns, ..Endpoint::default() })
 }
 
 /// The endpoint for registry `host`: `server` (a request's, from [`request_server`]) if given,
@@ -179,7 +189,7 @@ pub fn is_proxy(registry: &str, authority: &str) -> bool {
 pub fn endpoint(host: &str, hosts_dir: Option<&Path>, plain_http: bool, server: Option<&str>) -> Result<Endpoint, HostsError> {
     if let Some(s) = server {
         let bad = |reason| HostsError::Invalid { path: PathBuf::from("(request)"), reason };
-        return Ok(Endpoint { base: normalize_server(s, plain_http).map_err(bad)?, ..Endpoint::default() });
+        return at_server(s, host, plain_http).map_err(bad);
     }
     let default = Endpoint { base: default_server(host, plain_http), ..Endpoint::default() };
     let Some(dir) = hosts_dir else { return Ok(default) };
@@ -311,8 +321,9 @@ fn with_scheme(server: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// `scheme://host[:port]` of a server URL (https when it names none, as containerd reads it),
-/// `--plain-http` forcing http.
-fn normalize_server(server: &str, plain_http: bool) -> Result<String, String> {
+/// `--plain-http` forcing http, and its `host[:port]` as written (what containerd compares
+/// with the registry's name).
+fn normalize_server(server: &str, plain_http: bool) -> Result<(String, String), String> {
     // A value naming a user may hold a password: never quoted (errors reach tenants and logs).
     let shown = if server.contains('@') { "(not shown: it names a user)".to_string() } else { format!("{:?}", crate::reference::excerpt(server)) };
     let full = with_scheme(server);
@@ -335,7 +346,13 @@ fn normalize_server(server: &str, plain_http: bool) -> Result<String, String> {
         Some(p) => format!("{}:{p}", url.host_str().unwrap_or_default()),
         None => url.host_str().unwrap_or_default().to_string(),
     };
-    Ok(format!("{scheme}://{authority}"))
+    if url.scheme() == "https" && authority == DOCKER_HUB {
+        return Err(format!("server {shown}: docker.io serves no registry API; Docker Hub's is https://{DOCKER_HUB_API}, containerd's default for docker.io"));
+    }
+    // Userinfo, escapes and whitespace were refused above: the host as written is what comes
+    // before the first '/'.
+    let written = plain.unwrap_or_default().split('/').next().unwrap_or_default().to_string();
+    Ok((format!("{scheme}://{authority}"), written))
 }
 
 /// The server a request's hosts.toml names for registry `host` (None: the registry itself).
@@ -348,7 +365,9 @@ pub fn request_server(text: &str, host: &str) -> Result<Option<String>, String> 
     }
     match &f.server {
         None => Ok(None),
-        Some(s) => normalize_server(s, false).map(Some).map_err(|e| format!("{e} (registry {})", crate::reference::excerpt(host))),
+        // As written (with its scheme): the daemon normalizes it, and tells from the host as
+        // written whether it is a proxy, as containerd does.
+        Some(s) => normalize_server(s, false).map(|_| Some(with_scheme(s).into_owned())).map_err(|e| format!("{e} (registry {})", crate::reference::excerpt(host))),
     }
 }
 
@@ -357,11 +376,15 @@ pub fn request_server(text: &str, host: &str) -> Result<Option<String>, String> 
 pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<Endpoint, String> {
     let f = parse_toml(text)?;
     f.check(base)?;
-    let (server, plain_http) = match f.server.as_deref() {
-        Some(s) => (with_scheme(s).into_owned(), plain_http),
-        None => (default_server(host, plain_http), false),
+    let (server, mut ep) = match f.server.as_deref() {
+        Some(s) => (with_scheme(s).into_owned(), at_server(s, host, plain_http)?),
+        None => {
+            let server = default_server(host, plain_http);
+            let (base, _) = normalize_server(&server, false)?;
+            (server, Endpoint { base, ..Endpoint::default() })
+        }
     };
-    let mut ep = Endpoint { base: normalize_server(&server, plain_http)?, skip_verify: f.skip_verify, ..Endpoint::default() };
+    ep.skip_verify = f.skip_verify;
     ep.ca = f.ca.map(|c| c.paths(base)).unwrap_or_default();
     ep.client = f.client.map(|c| client_pairs(c, base)).transpose()?.unwrap_or_default();
     // TLS settings given under the server's own [host."..."] entry apply to it too.
@@ -438,7 +461,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         assert_eq!(endpoint("reg.io", Some(d.path()), false, None).unwrap().base, "https://reg.io");
         assert_eq!(endpoint("reg.io", None, true, None).unwrap().base, "http://reg.io");
-        assert_eq!(endpoint("reg.io", None, false, Some("http://10.0.0.1:5000")).unwrap(), Endpoint { base: "http://10.0.0.1:5000".into(), ..Default::default() });
+        assert_eq!(endpoint("reg.io", None, false, Some("http://10.0.0.1:5000")).unwrap(), Endpoint { base: "http://10.0.0.1:5000".into(), ns: Some("reg.io".into()), ..Default::default() });
     }
 
     #[test]

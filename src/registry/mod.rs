@@ -106,22 +106,41 @@ pub fn endpoint_name(base: &str) -> &str {
     }
 }
 
-/// The origin of repository `repo` at the endpoint base URL `base`.
-pub fn origin_at(base: &str, repo: &str) -> String {
-    format!("{}/{repo}", endpoint_name(base))
+/// `?ns=REGISTRY` for an endpoint that is a proxy ([`hosts::Endpoint::ns`]), encoded as Go's
+/// url.Values encodes it (as containerd sends it); empty otherwise.
+fn ns_query(ep: &hosts::Endpoint) -> String {
+    ep.ns.as_ref().map(|ns| format!("?ns={}", url::form_urlencoded::byte_serialize(ns.as_bytes()).collect::<String>())).unwrap_or_default()
 }
 
-/// The endpoint part of an origin recorded by [`Session::origin`] (everything before the
-/// repository).
-pub fn origin_endpoint(origin: &str) -> &str {
+/// How origins name an endpoint: [`endpoint_name`] of its base, then `?ns=REGISTRY` when it is
+/// a proxy answering for that registry (a proxy serves each registry its own content, so each
+/// is an endpoint of its own).
+pub fn endpoint_of(ep: &hosts::Endpoint) -> String {
+    format!("{}{}", endpoint_name(&ep.base), ns_query(ep))
+}
+
+/// The origin of repository `repo` at endpoint `ep`: `registry.example/team/app`,
+/// `http://127.0.0.1:5000/team/app`, `proxy.corp/team/app?ns=registry.example`.
+pub fn origin_at(ep: &hosts::Endpoint, repo: &str) -> String {
+    format!("{}/{repo}{}", endpoint_name(&ep.base), ns_query(ep))
+}
+
+/// The endpoint of an origin made by [`origin_at`], as [`endpoint_of`] names it: everything
+/// before the repository, and the query after it (a repository holds no `?`).
+pub fn origin_endpoint(origin: &str) -> std::borrow::Cow<'_, str> {
     let (scheme, rest) = match origin.strip_prefix("http://") {
         Some(r) => ("http://".len(), r),
         None => (0, origin),
     };
-    match rest.find('/') {
+    let (path, query) = match rest.find('?') {
+        Some(q) => (&rest[..q], &rest[q..]),
+        None => (rest, ""),
+    };
+    let host = match path.find('/') {
         Some(i) => &origin[..scheme + i],
-        None => origin,
-    }
+        None => &origin[..scheme + path.len()],
+    };
+    if query.is_empty() { host.into() } else { format!("{host}{query}").into() }
 }
 
 pub fn sha256_digest(b: &[u8]) -> String {
@@ -241,26 +260,27 @@ const POOL_IDLE: Duration = Duration::from_secs(5);
 const POOL_IDLE_PER_HOST: usize = 2;
 
 /// The last challenge each registry endpoint gave for each repository (`send`), keyed by
-/// endpoint base and repository. Only challenges a registry gave itself (never a host it
-/// redirected to) are kept; at most `MAX_CHALLENGES`, then forgotten at once.
-static CHALLENGES: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<(String, String), Challenge>>> = std::sync::LazyLock::new(Default::default);
+/// origin ([`origin_at`]: scheme, endpoint, repository, and the registry a proxy answered for).
+/// Only challenges a registry gave itself (never a host it redirected to) are kept; at most
+/// `MAX_CHALLENGES`, then forgotten at once.
+static CHALLENGES: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Challenge>>> = std::sync::LazyLock::new(Default::default);
 const MAX_CHALLENGES: usize = 10_000;
 
-fn remembered_challenge(base: &str, repo: &str) -> Option<Challenge> {
+fn remembered_challenge(origin: &str) -> Option<Challenge> {
     let map = CHALLENGES.lock().unwrap_or_else(|p| p.into_inner());
-    map.get(&(base.to_string(), repo.to_string())).map(|c| Challenge { error: None, ..c.clone() })
+    map.get(origin).map(|c| Challenge { error: None, ..c.clone() })
 }
 
-fn remember_challenge(base: &str, repo: &str, ch: &Challenge) {
+fn remember_challenge(origin: &str, ch: &Challenge) {
     let mut map = CHALLENGES.lock().unwrap_or_else(|p| p.into_inner());
     if map.len() >= MAX_CHALLENGES {
         map.clear();
     }
-    map.insert((base.to_string(), repo.to_string()), ch.clone());
+    map.insert(origin.to_string(), ch.clone());
 }
 
-fn forget_challenge(base: &str, repo: &str) {
-    CHALLENGES.lock().unwrap_or_else(|p| p.into_inner()).remove(&(base.to_string(), repo.to_string()));
+fn forget_challenge(origin: &str) {
+    CHALLENGES.lock().unwrap_or_else(|p| p.into_inner()).remove(origin);
 }
 
 /// One authenticated conversation with one repository of one registry. Clones share the
@@ -277,11 +297,14 @@ pub struct Session {
     base: String,
     host: String,
     repo: String,
-    /// `?ns=REGISTRY` (URL-encoded as Go's url.Values encodes it) when the server is a mirror or
-    /// proxy for the registry ([`hosts::is_proxy`]): containerd adds it to every manifest and
-    /// blob request so that a proxy serving several registries answers for this one, and so
-    /// must pullgate, or it would verify what the proxy serves for another.
+    /// `?ns=REGISTRY` when the server is a mirror or proxy for the registry
+    /// ([`hosts::is_proxy`]): containerd adds it to every manifest and blob request so that a
+    /// proxy serving several registries answers for this one, and so must pullgate, or it would
+    /// verify what the proxy serves for another.
     ns_query: String,
+    /// [`endpoint_of`] and [`origin_at`] this session's endpoint and repository.
+    endpoint: String,
+    origin: String,
     cred: Option<Credential>,
     /// Authorization header value that worked last (Basic or Bearer).
     authz: Option<String>,
@@ -310,9 +333,8 @@ impl Session {
         let bare = http_client(&hosts::Endpoint { client: vec![], ..ep.clone() }, opts.timeout)?;
         let http = if cred.is_some() && !ep.client.is_empty() { http_client(&ep, opts.timeout)? } else { bare.clone() };
         let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
-        let authority = ep.base.split_once("://").map_or(ep.base.as_str(), |(_, a)| a);
-        let ns_query = if hosts::is_proxy(&r.host, authority) { format!("?ns={}", url::form_urlencoded::byte_serialize(r.host.as_bytes()).collect::<String>()) } else { String::new() };
-        Ok(Session { http, bare, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), ns_query, cred, authz: None, authenticated: false, total, progress: None })
+        let (ns_query, endpoint, origin) = (ns_query(&ep), endpoint_of(&ep), origin_at(&ep, &r.repo));
+        Ok(Session { http, bare, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), ns_query, endpoint, origin, cred, authz: None, authenticated: false, total, progress: None })
     }
 
     /// Blob downloads from now on (and from clones made after) report to `progress`.
@@ -324,14 +346,14 @@ impl Session {
     /// registry's own name when no hosts.toml redirects it), `http://host:port` for plain http,
     /// so that a plain-http answer never counts as the https registry of the same name.
     pub fn endpoint(&self) -> &str {
-        endpoint_name(&self.base)
+        &self.endpoint
     }
 
     /// The origin this session's answers are recorded under: the endpoint actually contacted
     /// plus the repository (`registry.example/team/app`, `http://127.0.0.1:5000/private/app`),
     /// never the name a hosts.toml or `--plain-http` sent elsewhere.
     pub fn origin(&self) -> String {
-        origin_at(&self.base, &self.repo)
+        self.origin.clone()
     }
 
     fn unavailable(&self, e: impl std::fmt::Display) -> RegistryError {
@@ -381,11 +403,11 @@ impl Session {
         // answer is refused, it is forgotten and the registry's fresh challenge followed.
         let mut remembered = false;
         if self.authz.is_none() && self.cred.is_some() {
-            if let Some(ch) = remembered_challenge(&self.base, &self.repo) {
+            if let Some(ch) = remembered_challenge(&self.origin) {
                 if self.authenticate(&ch).await.is_ok() {
                     remembered = true;
                 } else {
-                    forget_challenge(&self.base, &self.repo);
+                    forget_challenge(&self.origin);
                     (self.authz, self.authenticated) = (None, false);
                 }
             }
@@ -394,7 +416,7 @@ impl Session {
             let resp = self.send_following(method.clone(), &url, accept, whole).await?;
             match resp.status() {
                 StatusCode::UNAUTHORIZED if remembered => {
-                    forget_challenge(&self.base, &self.repo);
+                    forget_challenge(&self.origin);
                     (self.authz, self.authenticated, remembered) = (None, false, false);
                 }
                 StatusCode::UNAUTHORIZED => {
@@ -427,7 +449,7 @@ impl Session {
                         });
                     }
                     self.authenticate(&challenge).await?;
-                    remember_challenge(&self.base, &self.repo, &challenge);
+                    remember_challenge(&self.origin, &challenge);
                 }
                 StatusCode::FORBIDDEN => return Err(self.no_access()),
                 s if s.is_success() || s == StatusCode::NOT_FOUND => return Ok(resp),
@@ -698,6 +720,8 @@ impl Session {
             host: self.host.clone(),
             repo: self.repo.clone(),
             ns_query: self.ns_query.clone(),
+            endpoint: self.endpoint.clone(),
+            origin: self.origin.clone(),
             cred: None,
             authz: None,
             authenticated: false,
@@ -905,10 +929,22 @@ mod tests {
 
     #[test]
     fn docker_hubs_api_host_is_named_docker_io_in_origins() {
-        assert_eq!(origin_at("https://registry-1.docker.io", "library/alpine"), "docker.io/library/alpine");
-        assert_eq!(origin_at("http://registry-1.docker.io", "library/alpine"), "http://registry-1.docker.io/library/alpine");
-        assert_eq!(origin_at("https://registry-1.docker.io:5000", "a"), "registry-1.docker.io:5000/a");
-        assert_eq!(origin_at("https://reg.io", "a"), "reg.io/a");
+        let at = |base: &str, ns: Option<&str>, repo: &str| {
+            let ep = hosts::Endpoint { base: base.into(), ns: ns.map(str::to_string), ..Default::default() };
+            let o = origin_at(&ep, repo);
+            assert_eq!(origin_endpoint(&o), endpoint_of(&ep), "{o}");
+            o
+        };
+        assert_eq!(at("https://registry-1.docker.io", None, "library/alpine"), "docker.io/library/alpine");
+        assert_eq!(at("http://registry-1.docker.io", None, "library/alpine"), "http://registry-1.docker.io/library/alpine");
+        assert_eq!(at("https://registry-1.docker.io:5000", None, "a"), "registry-1.docker.io:5000/a");
+        assert_eq!(at("https://reg.io", None, "a/b"), "reg.io/a/b");
+        // A proxy's origin names the registry it answered for: two registries through one
+        // proxy are two origins, and two endpoints.
+        assert_eq!(at("https://proxy.corp", Some("reg-a.example:5000"), "team/app"), "proxy.corp/team/app?ns=reg-a.example%3A5000");
+        assert_eq!(at("http://10.0.0.1:5000", Some("reg-b.example"), "team/app"), "http://10.0.0.1:5000/team/app?ns=reg-b.example");
+        assert_ne!(at("https://proxy.corp", Some("a.example"), "x"), at("https://proxy.corp", Some("b.example"), "x"));
+        assert_ne!(at("https://proxy.corp", Some("a.example"), "x"), at("https://proxy.corp", None, "x"));
     }
 
     #[test]
