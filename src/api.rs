@@ -132,12 +132,15 @@ impl Api {
 
     /// Every origin a grant for `r` may be recorded under: origins name the endpoint that
     /// answered (https by the registry's name, plain http with its scheme, or wherever the
-    /// daemon's hosts.toml sends the name). Revoking by reference takes them all.
+    /// daemon's hosts.toml sends the name, with or without `--plain-http`), and at a proxy the
+    /// registry it answered for, or not (records made before pullgate told proxies).
     fn origins_of(&self, r: &Reference) -> Vec<String> {
         let mut out = Vec::new();
-        for (hosts_dir, plain_http) in [(None, false), (None, true), (self.puller.hosts_dir.as_deref(), false)] {
+        let operator = self.puller.hosts_dir.as_deref();
+        for (hosts_dir, plain_http) in [(None, false), (None, true), (operator, false), (operator, true)] {
             if let Ok(ep) = crate::registry::hosts::endpoint(&r.host, hosts_dir, plain_http, None) {
                 out.push(crate::registry::origin_at(&ep, &r.repo));
+                out.push(crate::registry::origin_at(&crate::registry::hosts::Endpoint { ns: None, ..ep }, &r.repo));
             }
         }
         out.sort();
@@ -438,14 +441,20 @@ impl Pullgate for Api {
         let r = req.into_inner();
         validate_name("namespace", &r.namespace, false)?;
         validate_principal(&r.principal)?;
-        let origins = if r.reference.is_empty() { None } else { Some(self.origins_of(&Reference::parse(&r.reference).map_err(ApiError::from)?)) };
+        let reference = if r.reference.is_empty() { None } else { Some(Reference::parse(&r.reference).map_err(ApiError::from)?) };
+        // The origins the reference's endpoints name, and any naming its registry and repository
+        // otherwise (another spelling of the registry, a proxy answering for it).
+        let origins = reference.as_ref().map(|rf| self.origins_of(rf));
+        let of_reference = |o: &str| {
+            reference.as_ref().is_none_or(|rf| origins.iter().flatten().any(|x| x == o) || crate::registry::origin_is_of(o, &rf.host, &rf.repo))
+        };
         let principal = if r.all_principals { None } else { Some(r.principal.as_str()) };
         let origin = origins.as_ref().map(|o| o.join(" "));
         let n = self
             .puller
             .snap
             .store()
-            .write(|tx| ledger::revoke(tx, &r.namespace, principal, origins.as_deref()))
+            .write(|tx| ledger::revoke(tx, &r.namespace, principal, reference.is_some().then_some(&of_reference as &dyn Fn(&str) -> bool)))
             .map_err(ApiError::from)?;
         tracing::info!(namespace = %r.namespace, principal = ?principal, origin = ?origin, revoked = n, "grants revoked");
         Ok(Response::new(proto::RevokeResponse { revoked: n as u32 }))

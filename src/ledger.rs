@@ -544,12 +544,12 @@ pub fn grants(tx: &impl LedgerRead, ns: Option<&str>) -> Result<Vec<GrantEntry>,
     Ok(out)
 }
 
-/// Removes the grants of `ns` matching `principal` (None: every principal) and one of
-/// `origins` (None: every origin); returns how many.
-pub fn revoke(tx: &mut WriteTx, ns: &str, principal: Option<&str>, origins: Option<&[String]>) -> Result<usize, StoreError> {
+/// Removes the grants of `ns` matching `principal` (None: every principal) whose origin
+/// `origin` accepts (None: every origin); returns how many.
+pub fn revoke(tx: &mut WriteTx, ns: &str, principal: Option<&str>, origin: Option<&dyn Fn(&str) -> bool>) -> Result<usize, StoreError> {
     let mut n = 0;
     for g in grants(tx, Some(ns))? {
-        if principal.is_some_and(|p| p != g.principal()) || origins.is_some_and(|o| !o.iter().any(|x| x == g.origin())) {
+        if principal.is_some_and(|p| p != g.principal()) || origin.is_some_and(|o| !o(g.origin())) {
             continue;
         }
         tx.delete_val(Collection::Grants, &g.key)?;

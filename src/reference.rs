@@ -152,20 +152,46 @@ impl fmt::Display for Reference {
 
 /// One KEP-2535 allowlist entry: an exact repository (`host/path`) or a prefix ending `/*`.
 /// Tags and digests are not allowed. Origins name the endpoint that answered, so an entry
-/// matches https origins; `http://host:port/...` matches a plain-http registry's origins.
+/// matches https origins; `http://host:port/...` matches a plain-http registry's origins; a
+/// `?ns=REGISTRY` suffix, a proxy's origins for that registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowPattern {
     prefix: String,
     wildcard: bool,
+    /// `?ns=REGISTRY` (encoded) for a proxy's origins, else empty.
+    query: String,
+}
+
+/// `?ns=REGISTRY`, encoded as Go's url.Values encodes it: what containerd (and pullgate) add to
+/// requests to a server that is a proxy for `registry`, and what ends such a server's origins.
+pub fn ns_query(registry: &str) -> String {
+    format!("?ns={}", url::form_urlencoded::byte_serialize(registry.as_bytes()).collect::<String>())
+}
+
+/// Whether `s` names a registry host as a reference's first component does.
+fn is_registry_host(s: &str) -> bool {
+    is_host(s) && (s.contains('.') || s.contains(':') || s == "localhost")
 }
 
 impl AllowPattern {
     pub fn parse(s: &str) -> Result<AllowPattern, ReferenceError> {
+        let bad = |reason| Err(ReferenceError { input: s.to_string(), reason });
+        // `...?ns=REGISTRY`: origins at a proxy answering for REGISTRY (only those; a pattern
+        // without it matches no proxy's origin).
+        if let Some((body, registry)) = s.split_once("?ns=") {
+            if !is_registry_host(registry) {
+                return bad("?ns= must name a registry host");
+            }
+            let p = Self::parse(body)?;
+            return Ok(AllowPattern { query: ns_query(registry), ..p });
+        }
+        if s.contains('?') {
+            return bad("allowlist entries may carry no query but ?ns=REGISTRY");
+        }
         if let Some(rest) = s.strip_prefix("http://") {
             let p = Self::parse(rest)?;
-            return Ok(AllowPattern { prefix: format!("http://{}", p.prefix), wildcard: p.wildcard });
+            return Ok(AllowPattern { prefix: format!("http://{}", p.prefix), ..p });
         }
-        let bad = |reason| Err(ReferenceError { input: s.to_string(), reason });
         let (body, wildcard) = match s.strip_suffix("/*") {
             Some(b) => (b, true),
             None => (s, false),
@@ -178,20 +204,25 @@ impl AllowPattern {
         }
         // A bare host with a wildcard (`registry.example.com/*`) is allowed.
         if wildcard && !body.contains('/') {
-            if is_host(body) && (body.contains('.') || body.contains(':') || body == "localhost") {
-                return Ok(AllowPattern { prefix: body.to_string(), wildcard });
+            if is_registry_host(body) {
+                return Ok(AllowPattern { prefix: body.to_string(), wildcard, query: String::new() });
             }
             return bad("allowlist entry must start with a registry host");
         }
         match Reference::parse(body) {
-            Ok(r) if r.tag.is_none() && r.digest.is_none() => Ok(AllowPattern { prefix: r.origin(), wildcard }),
+            Ok(r) if r.tag.is_none() && r.digest.is_none() => Ok(AllowPattern { prefix: r.origin(), wildcard, query: String::new() }),
             Ok(_) => bad("allowlist entries may not carry a tag"),
             Err(e) => Err(ReferenceError { input: s.to_string(), reason: e.reason }),
         }
     }
 
-    /// Whether an origin (`host/repo`) is allowed.
+    /// Whether an origin (`host/repo`, `proxy/repo?ns=REGISTRY`) is allowed: its query must be
+    /// the pattern's (a proxy answers each registry with its own content).
     pub fn matches(&self, origin: &str) -> bool {
+        let (origin, query) = origin.split_at(origin.find('?').unwrap_or(origin.len()));
+        if query != self.query {
+            return false;
+        }
         if self.wildcard {
             origin.strip_prefix(&self.prefix).is_some_and(|rest| rest.starts_with('/'))
         } else {
@@ -273,8 +304,19 @@ mod tests {
         let host = AllowPattern::parse("reg.io:5000/*").unwrap();
         assert!(host.matches("reg.io:5000/x"));
         assert!(!host.matches("reg.io:50001/x"));
-        for bad in ["reg.io/app:v1", "reg.io/a*", "reg.io/*/x", "app", "reg.io/app@sha256:".to_string().as_str(), "*"] {
+        for bad in ["reg.io/app:v1", "reg.io/a*", "reg.io/*/x", "app", "reg.io/app@sha256:".to_string().as_str(), "*", "reg.io/a?q=1", "reg.io/a?ns=", "reg.io/a?ns=x", "reg.io/a?ns=r.io?ns=s.io", "reg.io/a?ns=r.io/b"] {
             assert!(AllowPattern::parse(bad).is_err(), "{bad}");
         }
+        // A proxy's origins carry the registry it answered for: a pattern without ?ns= matches
+        // none of them, one with it only that registry's.
+        assert!(!pre.matches("reg.io/team/app?ns=evil.example"));
+        assert!(!exact.matches("reg.io/team/app?ns=reg.io"));
+        let via = AllowPattern::parse("proxy.corp/library/*?ns=docker.io").unwrap();
+        assert!(via.matches("proxy.corp/library/alpine?ns=docker.io"));
+        assert!(!via.matches("proxy.corp/library/alpine?ns=private.corp"));
+        assert!(!via.matches("proxy.corp/library/alpine"));
+        let http = AllowPattern::parse("http://10.0.0.1:5000/app?ns=reg.io:5000").unwrap();
+        assert!(http.matches("http://10.0.0.1:5000/app?ns=reg.io%3A5000"));
+        assert!(!http.matches("http://10.0.0.1:5000/app?ns=reg.io"));
     }
 }

@@ -403,6 +403,13 @@ check_no_grants "6b: no grant was recorded for B6b" B6b
 check "6b: B6b takes A6b's blobs by digest and imports them as stolen.example/v6b:v1" steal_image B6b "$V6MD" stolen.example/v6b:v1
 check_refused "6b: B6b's run of A6b's image is refused and shows nothing of it" "$DENIED \"B6b\"" "private app (victim 6b)" run_img B6b b6b stolen.example/v6b:v1
 settle_gc B6b
+# Revoking by reference takes the grant recorded through the proxy too (the daemon's own hosts
+# directory does not send $REG_h there: the origin is matched by the registry it stood for).
+out=$(pg revoke -n A6b "$V6" 2>&1); rc=$?
+check "6b: pullgate revoke -n A6b $V6 revokes the grant recorded through the proxy (rc=$rc: $out)" \
+  bash -c '[ "$1" -eq 0 ] && [[ $2 =~ ^revoked\ 1\ grant ]]' _ "$rc" "$out"
+check_no_grants "6b: A6b holds no grant after it" A6b
+check_refused "6b: A6b's run is refused after it and shows nothing" "$DENIED \"A6b\"" "private app (victim 6b)" run_img A6b a6b2 "$V6"
 
 log "7. a denial names only what the requester asked for"
 HMD=$(layout_manifest "$WORK/priv")

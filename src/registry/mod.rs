@@ -109,7 +109,7 @@ pub fn endpoint_name(base: &str) -> &str {
 /// `?ns=REGISTRY` for an endpoint that is a proxy ([`hosts::Endpoint::ns`]), encoded as Go's
 /// url.Values encodes it (as containerd sends it); empty otherwise.
 fn ns_query(ep: &hosts::Endpoint) -> String {
-    ep.ns.as_ref().map(|ns| format!("?ns={}", url::form_urlencoded::byte_serialize(ns.as_bytes()).collect::<String>())).unwrap_or_default()
+    ep.ns.as_deref().map(crate::reference::ns_query).unwrap_or_default()
 }
 
 /// How origins name an endpoint: [`endpoint_name`] of its base, then `?ns=REGISTRY` when it is
@@ -123,6 +123,24 @@ pub fn endpoint_of(ep: &hosts::Endpoint) -> String {
 /// `http://127.0.0.1:5000/team/app`, `proxy.corp/team/app?ns=registry.example`.
 pub fn origin_at(ep: &hosts::Endpoint, repo: &str) -> String {
     format!("{}/{repo}{}", endpoint_name(&ep.base), ns_query(ep))
+}
+
+/// Whether `origin` (made by [`origin_at`]) is repository `repo` of registry `host` under any
+/// spelling: the same repository, and the registry the origin stood for (a proxy's `?ns=`, else
+/// its endpoint) equal to `host` but for case, an https default port and Docker Hub's two
+/// names. For revoking by reference: a grant recorded under another spelling of the registry
+/// (`REG.example`, `reg.example:443`, a hosts.toml server naming it so) is revoked too.
+pub fn origin_is_of(origin: &str, host: &str, repo: &str) -> bool {
+    let canonical = |h: &str| {
+        let h = h.to_ascii_lowercase();
+        let h = h.strip_suffix(":443").map(str::to_string).unwrap_or(h);
+        if h == hosts::DOCKER_HUB_API { hosts::DOCKER_HUB.to_string() } else { h }
+    };
+    let rest = origin.strip_prefix("http://").unwrap_or(origin);
+    let (path, query) = rest.split_at(rest.find('?').unwrap_or(rest.len()));
+    let Some((endpoint, orepo)) = path.split_once('/') else { return false };
+    let ns = url::form_urlencoded::parse(query.trim_start_matches('?').as_bytes()).find(|(k, _)| k == "ns").map(|(_, v)| v.into_owned());
+    orepo == repo && canonical(ns.as_deref().unwrap_or(endpoint)) == canonical(host)
 }
 
 /// The endpoint of an origin made by [`origin_at`], as [`endpoint_of`] names it: everything
@@ -945,6 +963,22 @@ mod tests {
         assert_eq!(at("http://10.0.0.1:5000", Some("reg-b.example"), "team/app"), "http://10.0.0.1:5000/team/app?ns=reg-b.example");
         assert_ne!(at("https://proxy.corp", Some("a.example"), "x"), at("https://proxy.corp", Some("b.example"), "x"));
         assert_ne!(at("https://proxy.corp", Some("a.example"), "x"), at("https://proxy.corp", None, "x"));
+    }
+
+    #[test]
+    fn an_origin_is_of_a_registry_under_any_spelling() {
+        for origin in ["reg.example/team/app", "REG.example/team/app", "reg.example:443/team/app", "http://reg.example/team/app", "proxy.corp/team/app?ns=reg.example", "proxy.corp/team/app?ns=Reg.Example%3A443", "http://10.0.0.1:5000/team/app?ns=reg.example"] {
+            assert!(origin_is_of(origin, "reg.example", "team/app"), "{origin}");
+            assert!(origin_is_of(origin, "reg.example:443", "team/app"), "{origin}");
+            assert!(!origin_is_of(origin, "reg.example", "team/app2"), "{origin}");
+            assert!(!origin_is_of(origin, "reg.example:5000", "team/app"), "{origin}");
+        }
+        for origin in ["proxy.corp/team/app", "proxy.corp/team/app?ns=other.example", "reg.example.evil/team/app", "reg.example/team/app/x"] {
+            assert!(!origin_is_of(origin, "reg.example", "team/app"), "{origin}");
+        }
+        assert!(origin_is_of("docker.io/library/alpine", "registry-1.docker.io", "library/alpine"));
+        assert!(origin_is_of("proxy.corp/library/alpine?ns=docker.io", "registry-1.docker.io:443", "library/alpine"));
+        assert!(origin_is_of("proxy.corp/x?ns=reg.example%3A5000", "reg.example:5000", "x"));
     }
 
     #[test]
