@@ -125,22 +125,35 @@ pub fn origin_at(ep: &hosts::Endpoint, repo: &str) -> String {
     format!("{}/{repo}{}", endpoint_name(&ep.base), ns_query(ep))
 }
 
+/// A registry name as the URL parser reads it (lower case, `127.1` as `127.0.0.1`, a port
+/// written `0443` as 443), with no port for 443 or 80, and Docker Hub's three names as one: the
+/// registry a name stands for, as far as names tell (a DNS alias is another name).
+fn canonical_registry(h: &str) -> String {
+    let host = match url::Url::parse(&format!("https://{h}")) {
+        Ok(u) => match (u.host_str(), u.port()) {
+            (Some(name), None | Some(80) | Some(443)) => name.to_string(),
+            (Some(name), Some(p)) => format!("{name}:{p}"),
+            (None, _) => h.to_ascii_lowercase(),
+        },
+        Err(_) => h.to_ascii_lowercase(),
+    };
+    match host.as_str() {
+        hosts::DOCKER_HUB_API | "index.docker.io" => hosts::DOCKER_HUB.to_string(),
+        _ => host,
+    }
+}
+
 /// Whether `origin` (made by [`origin_at`]) is repository `repo` of registry `host` under any
 /// spelling: the same repository, and the registry the origin stood for (a proxy's `?ns=`, else
-/// its endpoint) equal to `host` but for case, an https default port and Docker Hub's two
-/// names. For revoking by reference: a grant recorded under another spelling of the registry
-/// (`REG.example`, `reg.example:443`, a hosts.toml server naming it so) is revoked too.
+/// its endpoint) the same as `host` by [`canonical_registry`]. For revoking by reference: a grant
+/// recorded under another spelling of the registry (`REG.example`, `reg.example:443`, a
+/// hosts.toml server naming it so) or through a proxy answering for it is revoked too.
 pub fn origin_is_of(origin: &str, host: &str, repo: &str) -> bool {
-    let canonical = |h: &str| {
-        let h = h.to_ascii_lowercase();
-        let h = h.strip_suffix(":443").map(str::to_string).unwrap_or(h);
-        if h == hosts::DOCKER_HUB_API { hosts::DOCKER_HUB.to_string() } else { h }
-    };
     let rest = origin.strip_prefix("http://").unwrap_or(origin);
     let (path, query) = rest.split_at(rest.find('?').unwrap_or(rest.len()));
     let Some((endpoint, orepo)) = path.split_once('/') else { return false };
     let ns = url::form_urlencoded::parse(query.trim_start_matches('?').as_bytes()).find(|(k, _)| k == "ns").map(|(_, v)| v.into_owned());
-    orepo == repo && canonical(ns.as_deref().unwrap_or(endpoint)) == canonical(host)
+    orepo == repo && canonical_registry(ns.as_deref().unwrap_or(endpoint)) == canonical_registry(host)
 }
 
 /// The endpoint of an origin made by [`origin_at`], as [`endpoint_of`] names it: everything
@@ -979,6 +992,18 @@ mod tests {
         assert!(origin_is_of("docker.io/library/alpine", "registry-1.docker.io", "library/alpine"));
         assert!(origin_is_of("proxy.corp/library/alpine?ns=docker.io", "registry-1.docker.io:443", "library/alpine"));
         assert!(origin_is_of("proxy.corp/x?ns=reg.example%3A5000", "reg.example:5000", "x"));
+        // Spellings the URL parser reads as one server (helper-20): a port written 0443, IPv4
+        // shorthand, plain http's default port, Docker Hub's third name.
+        assert!(origin_is_of("reg.example:0443/team/app", "reg.example", "team/app"));
+        assert!(origin_is_of("reg.example/team/app", "reg.example:0443", "team/app"));
+        assert!(origin_is_of("proxy.corp/team/app?ns=reg.example%3A0443", "reg.example", "team/app"));
+        assert!(origin_is_of("http://127.0.0.1:5000/x", "127.1:5000", "x"));
+        assert!(origin_is_of("http://127.1:5000/x", "127.0.0.1:5000", "x"));
+        assert!(origin_is_of("http://reg.example:80/x", "reg.example", "x"));
+        assert!(origin_is_of("index.docker.io/library/alpine", "docker.io", "library/alpine"));
+        assert!(!origin_is_of("http://127.0.0.1:5001/x", "127.1:5000", "x"));
+        assert!(!origin_is_of("", "reg.example", "x"));
+        assert!(!origin_is_of("?ns=reg.example", "reg.example", ""));
     }
 
     #[test]
