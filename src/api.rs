@@ -446,7 +446,7 @@ impl Pullgate for Api {
         // otherwise (another spelling of the registry, a proxy answering for it).
         let origins = reference.as_ref().map(|rf| self.origins_of(rf));
         let of_reference = |o: &str| {
-            reference.as_ref().is_none_or(|rf| origins.iter().flatten().any(|x| x == o) || crate::registry::origin_is_of(o, &rf.host, &rf.repo))
+            reference.as_ref().zip(origins.as_ref()).is_some_and(|(rf, known)| known.iter().any(|x| x == o) || crate::registry::origin_is_of(o, &rf.host, &rf.repo))
         };
         let principal = if r.all_principals { None } else { Some(r.principal.as_str()) };
         let origin = origins.as_ref().map(|o| o.join(" "));

@@ -149,29 +149,44 @@ fn canonical_registry(h: &str) -> String {
 /// recorded under another spelling of the registry (`REG.example`, `reg.example:443`, a
 /// hosts.toml server naming it so) or through a proxy answering for it is revoked too.
 pub fn origin_is_of(origin: &str, host: &str, repo: &str) -> bool {
-    let rest = origin.strip_prefix("http://").unwrap_or(origin);
-    let (path, query) = rest.split_at(rest.find('?').unwrap_or(rest.len()));
-    let Some((endpoint, orepo)) = path.split_once('/') else { return false };
-    let ns = url::form_urlencoded::parse(query.trim_start_matches('?').as_bytes()).find(|(k, _)| k == "ns").map(|(_, v)| v.into_owned());
-    orepo == repo && canonical_registry(ns.as_deref().unwrap_or(endpoint)) == canonical_registry(host)
+    let o = OriginParts::of(origin);
+    let ns = url::form_urlencoded::parse(o.query.trim_start_matches('?').as_bytes()).find(|(k, _)| k == "ns").map(|(_, v)| v.into_owned());
+    o.repo == Some(repo) && canonical_registry(ns.as_deref().unwrap_or(o.host)) == canonical_registry(host)
+}
+
+/// An origin made by [`origin_at`], taken apart: `origin` is `{scheme}{host}/{repo}{query}`.
+struct OriginParts<'a> {
+    /// `http://`, or empty for https.
+    scheme: &'a str,
+    /// The endpoint's `host[:port]` (for https, as [`endpoint_name`] names it).
+    host: &'a str,
+    /// None when the origin has no `/`.
+    repo: Option<&'a str>,
+    /// `?ns=REGISTRY` at a proxy, else empty (a repository holds no `?`).
+    query: &'a str,
+}
+
+impl<'a> OriginParts<'a> {
+    fn of(origin: &'a str) -> OriginParts<'a> {
+        let (scheme, rest) = match origin.strip_prefix("http://") {
+            Some(r) => ("http://", r),
+            None => ("", origin),
+        };
+        let (path, query) = rest.split_at(rest.find('?').unwrap_or(rest.len()));
+        let (host, repo) = match path.split_once('/') {
+            Some((h, r)) => (h, Some(r)),
+            None => (path, None),
+        };
+        OriginParts { scheme, host, repo, query }
+    }
 }
 
 /// The endpoint of an origin made by [`origin_at`], as [`endpoint_of`] names it: everything
-/// before the repository, and the query after it (a repository holds no `?`).
+/// before the repository, and the query after it.
 pub fn origin_endpoint(origin: &str) -> std::borrow::Cow<'_, str> {
-    let (scheme, rest) = match origin.strip_prefix("http://") {
-        Some(r) => ("http://".len(), r),
-        None => (0, origin),
-    };
-    let (path, query) = match rest.find('?') {
-        Some(q) => (&rest[..q], &rest[q..]),
-        None => (rest, ""),
-    };
-    let host = match path.find('/') {
-        Some(i) => &origin[..scheme + i],
-        None => &origin[..scheme + path.len()],
-    };
-    if query.is_empty() { host.into() } else { format!("{host}{query}").into() }
+    let o = OriginParts::of(origin);
+    let host = &origin[..o.scheme.len() + o.host.len()];
+    if o.query.is_empty() { host.into() } else { format!("{host}{}", o.query).into() }
 }
 
 pub fn sha256_digest(b: &[u8]) -> String {
