@@ -3,7 +3,8 @@
 //! a chain no pull recorded (80,050 protected layers) against the scan it replaced, daemon
 //! start-up time, ledger file size and resident memory. Sizes can be changed with
 //! PULLGATE_BENCH_MANIFESTS, PULLGATE_BENCH_NAMESPACES. With PULLGATE_BENCH_STARTUP=N,M,...
-//! (recorded blobs, e.g. 100000,1000000) it measures start-up and memory at those sizes instead.
+//! (recorded blobs, e.g. 100000,1000000) it measures start-up and memory at those sizes instead;
+//! with PULLGATE_BENCH_COLD=1, an unpack decision made first after a pause, and its parts.
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -25,6 +26,13 @@ fn main() {
         grants_per_namespace: 10,
         decisions: 5_000,
     };
+    if std::env::var_os("PULLGATE_BENCH_COLD").is_some() {
+        if let Err(e) = pullgate::benchkit::run_cold(&p) {
+            eprintln!("cold-decision benchmark failed: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if let Ok(sizes) = std::env::var("PULLGATE_BENCH_STARTUP") {
         let sizes: Vec<usize> = sizes.split(',').filter_map(|s| s.trim().parse().ok()).collect();
         if let Err(e) = pullgate::benchkit::run_startup(&sizes, &p) {

@@ -199,12 +199,7 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
         Ok::<_, StoreError>(n)
     })?;
     let subject = Subject { namespace: "ns-0", principal: "" };
-    let granted0: Vec<usize> = (0..p.grants_per_namespace).map(|g| (g * 13) % p.manifests).collect();
-    let private_layer = |i: usize| -> Result<String, Box<dyn std::error::Error>> {
-        let m = (0..p.manifests).map(|k| (k * 7919 + i * 104729) % p.manifests).find(|m| !granted0.contains(m)).ok_or("no manifest")?;
-        let rec = store.read(|tx| ledger::manifest(tx, &digest("manifest", m)))?.ok_or("manifest missing")?;
-        Ok(rec.diff_ids[2 + i % (p.layers_per_manifest - 2)].clone())
-    };
+    let private_layer = |i: usize| private_layer(store, p, i);
     let parent_of = |i: usize, round: &str| ChainInfo { chain_id: digest(&format!("unknown-base-{round}"), i), diff_ids: vec![], unknown_layers: 1, ..Default::default() };
     let decide = |out: &mut Samples, parent: &ChainInfo, target: &str, hints: &[String], want_denied: bool| -> Result<(), Box<dyn std::error::Error>> {
         let (r, wall, cpu) = timed(|| store.read(|tx| Ok::<_, StoreError>(gate.extract_hinted(tx, &subject, parent, target, hints))));
@@ -294,6 +289,91 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
         st.built_ahead,
         st.built_in_decision
     );
+    Ok(())
+}
+
+/// The `i`th private layer of a manifest namespace ns-0 holds no grant for (an unpack of it on
+/// an unrecorded chain is denied).
+fn private_layer(store: &crate::metastore::MetaStore, p: &Params, i: usize) -> Result<String, Box<dyn std::error::Error>> {
+    let granted0: Vec<usize> = (0..p.grants_per_namespace).map(|g| (g * 13) % p.manifests).collect();
+    let m = (0..p.manifests).map(|k| (k * 7919 + i * 104729) % p.manifests).find(|m| !granted0.contains(m)).ok_or("no manifest")?;
+    let rec = store.read(|tx| ledger::manifest(tx, &digest("manifest", m)))?.ok_or("manifest missing")?;
+    Ok(rec.diff_ids[2 + i % (p.layers_per_manifest - 2)].clone())
+}
+
+/// `PULLGATE_BENCH_COLD=1 cargo bench --bench gate`: what an unpack decision on an unrecorded
+/// chain costs as the first thing its thread does after a pause, against the same right after
+/// another decision, and the parts of it alone (each the first after the pause: a read
+/// transaction with nothing read, one point read of the ledger, the chain index's look-up, the
+/// grant check of the layer found). The pause is the parent's table being built on the
+/// worker, a 30 ms sleep, 30 ms of spinning, or a 16 MiB memory sweep; medians of 15.
+pub fn run_cold(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    build_ledger(dir.path(), p)?;
+    let gate = Arc::new(Gate::new(GateConfig::default()));
+    let snap = Snapshotter::open(dir.path(), Driver::Copy, gate.clone())?;
+    let store = snap.store();
+    let subject = Subject { namespace: "ns-0", principal: "" };
+    const PAUSES: [&str; 5] = ["table built", "sleep 30 ms", "spin 30 ms", "16 MiB sweep", "none (after a decision)"];
+    const PARTS: [&str; 5] = ["whole decision", "read transaction, nothing read", "one point read", "chain index look-up", "grant check of the layer"];
+    println!("| first after                  | {:<30} |   p50 µs |   max µs |", "part");
+    println!("|------------------------------|{:-<32}|----------|----------|", "");
+    let mut n = 0;
+    // First a round left out of the table: the ledger's pages come into redb's cache from the
+    // file as decisions first touch them, which is not what this measures.
+    for (i, pause) in std::iter::once("warm-up").chain(PAUSES).enumerate() {
+        for part in if i == 0 { &PARTS[..1] } else { &PARTS[..] } {
+            let part = *part;
+            let mut took = Vec::new();
+            for _ in 0..if i == 0 { 100 } else { 15 } {
+                n += 1;
+                let d = private_layer(store, p, n)?;
+                let parent = ChainInfo { chain_id: digest("cold-parent", n), unknown_layers: 1, ..Default::default() };
+                let target = ledger::chain_id(&parent.chain_id, &d);
+                let decide = || store.read(|tx| Ok::<_, StoreError>(gate.extract_hinted(tx, &subject, &parent, &target, &[]).is_err()));
+                gate.index.prefetch(snap.store_arc(), &parent.chain_id);
+                gate.index.settle();
+                match pause {
+                    "sleep 30 ms" => std::thread::sleep(std::time::Duration::from_millis(30)),
+                    "spin 30 ms" => {
+                        let t = Instant::now();
+                        while t.elapsed().as_millis() < 30 {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    "16 MiB sweep" => {
+                        let mut buf = vec![1u8; 16 << 20];
+                        for i in (0..buf.len()).step_by(64) {
+                            buf[i] = buf[i].wrapping_add(1);
+                        }
+                        std::hint::black_box(&buf);
+                    }
+                    "none (after a decision)" => {
+                        if !decide()? {
+                            return Err("an unpack of a private layer was allowed".into());
+                        }
+                    }
+                    _ => {}
+                }
+                let ((), wall, _) = match part {
+                    "whole decision" => timed(|| drop(std::hint::black_box(decide()))),
+                    "read transaction, nothing read" => timed(|| drop(std::hint::black_box(store.read(|_| Ok::<_, StoreError>(()))))),
+                    "one point read" => timed(|| drop(std::hint::black_box(store.read(|tx| ledger::chain(tx, &target))))),
+                    "chain index look-up" => timed(|| drop(std::hint::black_box(store.read(|tx| gate.index.protected_layer_for_chain(tx, &parent.chain_id, &target))))),
+                    _ => {
+                        let chain = ChainInfo { diff_ids: vec![d.clone()], ..Default::default() };
+                        timed(|| drop(std::hint::black_box(store.read(|tx| Ok::<_, StoreError>(gate.use_chain(tx, &subject, &chain).is_err())))))
+                    }
+                };
+                took.push(wall);
+            }
+            let took = sorted(took);
+            if i == 0 {
+                continue;
+            }
+            println!("| {pause:<28} | {part:<30} | {:>8.1} | {:>8.1} |", percentile(&took, 0.5), took[took.len() - 1]);
+        }
+    }
     Ok(())
 }
 
