@@ -348,11 +348,7 @@ pub fn run_cold(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
                         }
                         std::hint::black_box(&buf);
                     }
-                    "none (after a decision)" => {
-                        if !decide()? {
-                            return Err("an unpack of a private layer was allowed".into());
-                        }
-                    }
+                    "none (after a decision)" => decide()?.then_some(()).ok_or("an unpack of a private layer was allowed")?,
                     _ => {}
                 }
                 let ((), wall, _) = match part {

@@ -177,7 +177,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         channel: crate::pull::containerd::lazy_channel(cfg.daemon.containerd_address.clone()),
         node: tokio::sync::OnceCell::new(),
         public_namespace: Some(cfg.daemon.public_namespace.clone()).filter(|n| !n.is_empty()),
-        public_ready: tokio::sync::OnceCell::new(),
+        public_taken: Default::default(),
         holders: Default::default(),
     });
     let (tx, rx) = tokio::sync::watch::channel(false);

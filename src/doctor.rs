@@ -591,7 +591,12 @@ pub fn check_namespaces(d: &Daemon, cri_is_pullgate: bool, public_namespace: &st
                     "namespace {name} is pullgate's public namespace ([daemon] public_namespace): pullgate puts there only blobs their origin served it \
                      without credentials, so that under an isolated content store every namespace takes them without a copy; it refuses pulls and \
                      verifies there, and shares it only if everything in it was so established (a client with containerd's socket can still write \
-                     there, as into any namespace)"
+                     there, as into any namespace){}",
+                    if labels.get(SHAREABLE_LABEL).map(String::as_str) == Some("true") {
+                        ""
+                    } else {
+                        "; it is not labelled shareable now: the next pull that needs it labels it again, once everything in it is found public"
+                    }
                 ),
             ));
             continue;
@@ -1071,7 +1076,12 @@ mod tests {
         assert!(c[0].message.ends_with("a, s"));
         assert!(c[1].message.contains(": b (") && !c[1].message.contains("k8s.io") && !c[1].message.contains("pullgate-public"));
         assert!(c[2].name == "shareable" && c[2].message.contains("namespace s"));
-        assert!(c[3].name == "shareable" && c[3].message.contains("pullgate's public namespace"));
+        assert!(c[3].name == "shareable" && c[3].message.contains("pullgate's public namespace") && !c[3].message.contains("not labelled"));
+        // Its label removed: still pullgate's, and doctor says the next pull puts it back.
+        d.namespaces[4].1.clear();
+        let c = check_namespaces(&d, true, "pullgate-public");
+        assert!(c[3].name == "shareable" && c[3].status == Status::Ok && c[3].message.contains("not labelled shareable now"), "{:?}", c[3]);
+        d.namespaces[4].1 = labels(&[(SHAREABLE_LABEL, "true")]);
         // Without a public namespace configured, the same namespace is any shareable one.
         let c = check_namespaces(&d, true, "");
         assert_eq!(statuses(&c).last(), Some(&Status::Warning));

@@ -32,6 +32,10 @@
 #      proved nothing still reads none of them, a public layer recompressed with private bytes in
 #      its gzip header is not public, pullgate refuses to pull into it. On 1.6 (which
 #      ignores the shareable label) everything is copied as before.
+#  10. (1.7+) the public namespace's label removed: the next pull puts it back and adopts from
+#      there; removed again with a client's private image imported there: not labelled again,
+#      the pull copies, a namespace that proved nothing cannot take its layer; once it is
+#      removed, the next pull labels the namespace again.
 # Usage: tests/e2e_isolated.sh VERSION
 source "$(dirname "$0")/lib.sh"
 V=${1:?usage: e2e_isolated.sh 1.6|1.7|2.1|2.4}
@@ -332,14 +336,24 @@ listed=$(ctr_ -n "$PUBNS" content ls -q 2>&1); rc=$?
 leaked=""
 for d in $RECOMP; do grep -qxF "$d" <<<"$listed" && leaked+="$d "; done
 check "none of its blobs (public layer IDs, private bytes) is in the public namespace (listing rc=$rc; ${leaked:-none})" test $rc -eq 0 -a -z "$leaked"
-ctr_ -n Q content get "$(awk '{print $1}' <<<"$RECOMP")" >"$WORK/q-recomp" 2>/dev/null; rc=$?
-check "Q is refused its base layer's blob (rc=$rc) and got no byte of it ($(wc -c <"$WORK/q-recomp"))" test $rc -ne 0 -a ! -s "$WORK/q-recomp"
+# steal NS DIGEST FILE: what a namespace that proved nothing can take of a blob by digest: an
+# empty ingest with the expected digest and size (as an attacker's manifest names them), then a
+# content get into FILE. Succeeds if either did: an empty ingest of a blob that is not empty
+# succeeds only when containerd adopted it from a shareable namespace (what it adopted may be
+# collected before the get, as ctr's ingest holds it under a lease of the command's own).
+steal() {
+  local size irc; size=$(find "$WORK" -path "*/blobs/sha256/${2#sha256:}" -printf '%s\n' -quit)
+  ctr_ -n "$1" content ingest --expected-digest "$2" --expected-size "${size:?no layout holds $2}" "steal-$2" <"$WORK/empty" >/dev/null 2>&1; irc=$?
+  ctr_ -n "$1" content get "$2" >"$3" 2>/dev/null || [ $irc -eq 0 ]
+}
+steal Q "$(awk '{print $1}' <<<"$RECOMP")" "$WORK/q-recomp"; rc=$?
+check "Q is refused its base layer's blob by an ingest with its digest (rc=$rc) and got no byte of it ($(wc -c <"$WORK/q-recomp"))" test $rc -ne 0 -a ! -s "$WORK/q-recomp"
 listed=$(ctr_ -n "$PUBNS" content ls -q 2>&1); rc=$?
 leaked=""
 for d in $PRIVATE; do grep -qxF "$d" <<<"$listed" && leaked+="$d "; done
 check "no private blob of the application is in the public namespace (listing rc=$rc; ${leaked:-none})" test $rc -eq 0 -a -z "$leaked"
 top=$(awk '{print $NF}' <<<"$APP_BLOBS")
-ctr_ -n Q content get "$top" >"$WORK/q-top" 2>/dev/null; rc=$?
+steal Q "$top" "$WORK/q-top"; rc=$?
 check "Q, which proved nothing, is refused the application's own top layer (rc=$rc) and got none of its bytes ($(wc -c <"$WORK/q-top"))" test $rc -ne 0 -a ! -s "$WORK/q-top"
 before=$(in_pubns)
 out=$(pg pull -n "$PUBNS" --plain-http --user "alice:$PW_ALICE" "$REG_t/private/onbase:v1" 2>&1); rc=$?
@@ -348,6 +362,44 @@ check "and says why" grep -q "is pullgate's public namespace" <<<"$out"
 check "the public namespace is unchanged" test "$(in_pubns)" = "$before"
 out=$(pg verify -n "$PUBNS" --plain-http --user "alice:$PW_ALICE" "$IMG" 2>&1); rc=$?
 check "so is a verify there (rc=$rc)" test $rc -ne 0 -a "$(in_pubns)" = "$before"
+if [ "$V" != 1.6 ]; then
+  log "10. pullgate's public namespace lost its label: put back once all it holds is public, never over a private blob"
+  SHAREABLE=containerd.io/namespace.shareable
+  pub_labelled() { "${CTR[@]}" namespaces ls | grep -E "^$PUBNS " | grep -q "$SHAREABLE=true"; }
+  check "the label is removed (as an operator or a client may)" ctr_ namespaces label "$PUBNS" "$SHAREABLE="
+  check "(it is gone)" not pub_labelled
+  out=$(pg pull -n S1 --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+  check "S1's pull succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
+  check "S1 copied only the $NPRIV private blobs and took the $NPUB public ones from the public namespace" \
+    grep -qF "0 blob(s) downloaded, $NPRIV copied from the node, $NPUB taken from pullgate's public namespace" <<<"$out"
+  check "the label is back" pub_labelled
+  check "pullgate's log says so" grep -q "had lost its label" "$PG/log"
+  # Blobs pullgate never established as public, written into the unlabelled namespace by a
+  # client with containerd's socket: the private application imported there (an image record
+  # keeps them from containerd's garbage collection).
+  check "the label is removed again" ctr_ namespaces label "$PUBNS" "$SHAREABLE="
+  tar -C "$WORK/onbase" -cf "$WORK/onbase.tar" .
+  check "a client imports the private application into $PUBNS" ctr_ -n "$PUBNS" images import --no-unpack --index-name client/onbase:v1 "$WORK/onbase.tar"
+  check "(its private top layer is there)" grep -qxF "$top" <<<"$(ctr_ -n "$PUBNS" content ls -q)"
+  out=$(pg pull -n S2 --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+  check "S2's pull succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
+  check "S2 copied all $((NPUB + NPRIV)) blobs and took none from the public namespace" \
+    bash -c 'grep -qF "0 blob(s) downloaded, $1 copied from the node, 0 layer(s)" <<<"$2" && ! grep -q "taken from pullgate" <<<"$2"' _ "$((NPUB + NPRIV))" "$out"
+  check "the public namespace is not labelled shareable again" not pub_labelled
+  check "pullgate's log says why: blobs it did not establish as public" \
+    grep -qE "namespace $PUBNS holds [0-9]+ blob\(s\) that pullgate did not establish as public" "$PG/log"
+  check "(the top layer is still there)" grep -qxF "$top" <<<"$(ctr_ -n "$PUBNS" content ls -q)"
+  steal Q2 "$top" "$WORK/q2-top"; rc=$?
+  check "Q2, which proved nothing, is refused that layer by an ingest with its digest (rc=$rc) and got none of its bytes ($(wc -c <"$WORK/q2-top"))" test $rc -ne 0 -a ! -s "$WORK/q2-top"
+  # (ctr's import names the image twice: the index's name, and its own from the layout's tag.)
+  imported=$(ctr_ -n "$PUBNS" images ls -q)
+  check "the client's images removed from $PUBNS ($(wc -w <<<"$imported"))" ctr_ -n "$PUBNS" images rm --sync $imported
+  check "(its private blobs went with it)" not grep -qxF "$top" <<<"$(ctr_ -n "$PUBNS" content ls -q)"
+  out=$(pg pull -n S3 --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+  check "S3 takes the $NPUB public blobs from the public namespace again (rc=$rc: $(tail -n 1 <<<"$out"))" \
+    grep -qF "0 blob(s) downloaded, $NPRIV copied from the node, $NPUB taken from pullgate's public namespace" <<<"$out"
+  check "and it is labelled shareable again" pub_labelled
+fi
 check "no password in pullgate's log" not grep -qE "$PW_ALICE|$PW_BOB|$PW_CAROL" "$PG/log"
 
 summary "e2e isolated (containerd $V)"

@@ -139,8 +139,9 @@ pub struct Puller {
     /// on containerd 1.7+, the blobs pullgate established as public at their origin are held
     /// there once, labelled shareable, and every namespace adopts them instead of a copy.
     pub public_namespace: Option<String>,
-    /// Set once the public namespace exists and is labelled shareable.
-    pub public_ready: tokio::sync::OnceCell<()>,
+    /// Set once this process checked what the public namespace holds and labelled it
+    /// shareable (`public_namespace_ready`).
+    pub public_taken: std::sync::atomic::AtomicBool,
     /// Blob digest -> a namespace that held it when pullgate last placed it there
     /// (`holder_hints`), so that finding a blob on the node does not ask every namespace.
     pub holders: std::sync::Mutex<HashMap<String, String>>,
@@ -237,8 +238,8 @@ impl Puller {
     /// pullgate's public namespace and the image's blobs pullgate established as public, when
     /// this node uses one: an isolated content store (content is not shared anyway otherwise)
     /// on containerd 1.7+ (1.6 ignores the shareable label), and the image has a public blob.
-    /// The namespace is made shareable once, for the first such image; None (and a warning)
-    /// if that fails.
+    /// The namespace is made shareable for the first such image, and again if its label went
+    /// since; None (and a warning) if that fails.
     async fn public_placing(&self, cd: &Containerd, node: &containerd::NodeFacts, image: &Image) -> Result<Option<(&str, std::collections::HashSet<String>)>> {
         let Some(ns) = self.public_namespace.as_deref() else { return Ok(None) };
         if node.shared != Some(false) || !node.honours_shareable {
@@ -248,13 +249,31 @@ impl Puller {
         if blobs.is_empty() {
             return Ok(None);
         }
-        match self.public_ready.get_or_try_init(|| self.take_public_namespace(cd, ns)).await {
+        match self.public_namespace_ready(cd, ns).await {
             Ok(()) => Ok(Some((ns, blobs))),
             Err(e) => {
                 tracing::warn!(namespace = ns, error = %e, "pullgate's public namespace is not used: public blobs are copied like the others");
                 Ok(None)
             }
         }
+    }
+
+    /// The public namespace is taken (what it holds checked, then labelled shareable) at its
+    /// first use in this process, and again whenever its label is found gone (an operator or a
+    /// client removed it: without it containerd lets no namespace adopt from there, and what it
+    /// holds is checked again before it is shared again); otherwise one Get a pull.
+    async fn public_namespace_ready(&self, cd: &Containerd, ns: &str) -> std::result::Result<(), PullError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let taken = self.public_taken.load(SeqCst);
+        if taken && cd.elsewhere(ns).is_shareable().await? {
+            return Ok(());
+        }
+        self.take_public_namespace(cd, ns).await?;
+        if taken {
+            tracing::info!(namespace = ns, label = containerd::SHAREABLE_LABEL, "pullgate's public namespace had lost its label: what it holds is all public, labelled again");
+        }
+        self.public_taken.store(true, SeqCst);
+        Ok(())
     }
 
     /// Makes the public namespace shareable, first making sure that everything it already
