@@ -276,6 +276,8 @@ pub struct Plugin {
     /// Its initialisation error (`ctr plugins ls` shows it as skip or error): not usable.
     pub init_err: Option<String>,
     pub address: Option<String>,
+    /// The root directory it exports (a proxy plugin's `exports = { root = ... }`, 1.7+).
+    pub root: Option<String>,
 }
 
 /// What the running containerd says about itself.
@@ -340,6 +342,7 @@ pub async fn ask_containerd(address: &Path) -> Result<Daemon, DoctorError> {
         .map(|p| Plugin {
             init_err: p.init_err.map(|e| if e.message.is_empty() { format!("code {}", e.code) } else { e.message }),
             address: p.exports.get("address").cloned(),
+            root: p.exports.get("root").cloned(),
             r#type: p.r#type,
             id: p.id,
         })
@@ -402,6 +405,34 @@ pub fn check_registration(d: &Daemon, cfg: Option<&ContainerdConfig>, cfg_path: 
         Some(a) => ok("snapshotter", format!("pullgate is registered in containerd {} ({SNAPSHOTTER_TYPE}, {a})", d.version)),
         None => ok("snapshotter", format!("pullgate is registered in containerd {} ({SNAPSHOTTER_TYPE})", d.version)),
     }
+}
+
+/// Where containerd's CRI reports the image filesystem (ImageFsInfo), which kubelet's image
+/// garbage collection and eviction measure: the root pullgate's proxy plugin exports (read by
+/// containerd 1.7 and later), which should be pullgate's own root. None when CRI does not go
+/// through pullgate.
+pub fn check_image_fs(d: &Daemon, cfg: &ContainerdConfig, cfg_path: &Path, pg_root: &Path) -> Option<Check> {
+    if cfg.cri_snapshotter.as_deref() != Some(SNAPSHOTTER_NAME) {
+        return None;
+    }
+    let p = d.present(SNAPSHOTTER_TYPE, SNAPSHOTTER_NAME)?;
+    let missing = "containerd's CRI reports the image filesystem at <containerd root>/io.containerd.snapshotter.v1.pullgate, which a proxy snapshotter does not have: \
+                   kubelet's image garbage collection and its eviction on the image filesystem fail";
+    let add = format!("add exports = {{ root = \"{}\" }} to [proxy_plugins.pullgate] {}", pg_root.display(), restart(cfg_path));
+    Some(match p.root.as_deref() {
+        _ if !d.honours_shareable() => warning(
+            "imagefs",
+            format!("{missing} (containerd 1.6 does not read a proxy snapshotter's exported root)"),
+            "upgrade containerd to 1.7 or later, whose CRI reads the root pullgate's fragment exports",
+        ),
+        None => warning("imagefs", missing, add),
+        Some(r) if Path::new(r) != pg_root => warning(
+            "imagefs",
+            format!("containerd's CRI reports the image filesystem at {r}, but pullgate keeps its snapshots under {}", pg_root.display()),
+            format!("set exports = {{ root = \"{}\" }} in [proxy_plugins.pullgate] {}", pg_root.display(), restart(cfg_path)),
+        ),
+        Some(r) => ok("imagefs", format!("containerd's CRI reports the image filesystem at pullgate's root {r} (kubelet's image garbage collection measures it)")),
+    })
 }
 
 /// Every snapshotter other than pullgate that containerd loaded is a way around the gate.
@@ -834,6 +865,7 @@ pub async fn run(opts: &Options) -> Vec<Check> {
     };
     if let Some(d) = &daemon {
         out.push(check_registration(d, cfg.as_ref(), &opts.containerd_config, socket));
+        out.extend(cfg.as_ref().and_then(|c| check_image_fs(d, c, &opts.containerd_config, &pg.daemon.root)));
         out.extend(check_bypass(d, cfg.as_ref(), &opts.containerd_config));
     } else if let Some(c) = &cfg {
         out.extend(check_bypass_from_config(c, &opts.containerd_config));
@@ -922,7 +954,7 @@ mod tests {
     const V3: &str = include_str!("../plugin/containerd-2.x.toml");
 
     fn plugin(t: &str, id: &str, err: Option<&str>) -> Plugin {
-        Plugin { r#type: t.into(), id: id.into(), init_err: err.map(Into::into), address: None }
+        Plugin { r#type: t.into(), id: id.into(), init_err: err.map(Into::into), address: None, root: None }
     }
 
     fn daemon(plugins: Vec<Plugin>) -> Daemon {
@@ -1033,6 +1065,30 @@ mod tests {
         assert!(c.status == Status::Problem && c.message.contains("/elsewhere.sock"));
         pl.address = Some(sock.display().to_string());
         assert_eq!(check_registration(&daemon(vec![pl]), None, p, sock).status, Status::Ok);
+    }
+
+    #[test]
+    fn image_fs() {
+        let (p, root) = (Path::new("/c"), Path::new("/var/lib/pullgate"));
+        let cfg = ContainerdConfig::parse(V3).unwrap();
+        let mut pl = plugin(SNAPSHOTTER_TYPE, "pullgate", None);
+        // The shipped fragments export pullgate's default root.
+        for f in [V2, V3] {
+            assert!(f.contains("exports = { root = \"/var/lib/pullgate\" }"));
+        }
+        let c = check_image_fs(&daemon(vec![pl.clone()]), &cfg, p, root).unwrap();
+        assert!(c.status == Status::Warning && c.fix.as_deref().is_some_and(|f| f.contains("exports = { root = \"/var/lib/pullgate\" }")), "{c:?}");
+        pl.root = Some("/elsewhere".into());
+        let c = check_image_fs(&daemon(vec![pl.clone()]), &cfg, p, root).unwrap();
+        assert!(c.status == Status::Warning && c.message.contains("/elsewhere"), "{c:?}");
+        pl.root = Some("/var/lib/pullgate".into());
+        assert_eq!(check_image_fs(&daemon(vec![pl.clone()]), &cfg, p, root).map(|c| c.status), Some(Status::Ok));
+        // containerd 1.6 reads no exported root.
+        let old = Daemon { version: "1.6.20".into(), ..daemon(vec![pl.clone()]) };
+        assert!(check_image_fs(&old, &cfg, p, root).is_some_and(|c| c.status == Status::Warning && c.fix.is_some_and(|f| f.contains("1.7"))));
+        // Nothing to say when CRI does not use pullgate.
+        let unset = ContainerdConfig::parse("version = 2\n").unwrap();
+        assert!(check_image_fs(&daemon(vec![pl]), &unset, p, root).is_none());
     }
 
     #[test]

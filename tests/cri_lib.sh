@@ -38,8 +38,7 @@ containerd_cri_config() {
   esac
   local c=$WORK/containerd
   mkdir -p "$c" "$WORK/cni/bin" "$WORK/cni/conf" "$hosts"
-  "$REPO/plugin/fragment.sh" "$frag" | sed -e "s#/run/pullgate/snapshotter.sock#$sock#" \
-      -e "/^version = /a root = \"$c/root\"\nstate = \"$c/state\"" > "$c/config.toml"
+  fragment "$frag" "$sock" > "$c/config.toml"
   cat >> "$c/config.toml" <<TOML
 
 [grpc]

@@ -104,6 +104,10 @@ case $V in
   *) line "the transfer service unpacks into pullgate" '^ok +transfer +the transfer service unpacks linux/[a-z0-9]+ into pullgate' ;;
 esac
 line "content sharing isolated" '^ok +sharing +content_sharing_policy = "isolated"'
+case $V in
+  1.6) line "the image filesystem: 1.6 reads no exported root (a warning, with the fix)" "^warning +imagefs +containerd's CRI reports the image filesystem at <containerd root>/io.containerd.snapshotter.v1.pullgate.*containerd 1.6.*fix: upgrade containerd to 1.7" ;;
+  *) line "the image filesystem is pullgate's root (the fragment's exports)" "^ok +imagefs +containerd's CRI reports the image filesystem at pullgate's root $PG/root " ;;
+esac
 line "team-a defaults to pullgate" '^ok +namespaces +namespaces that default to pullgate: team-a$'
 line "pullgate serving from its metadata" "^ok +serving +pullgate answers on $PG/snapshotter.sock"
 grants=$("$PG_BIN" grants --address "$PG/api.sock" --all -o json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
@@ -190,6 +194,7 @@ line "overlayfs is a problem, with the fix" '^problem +bypass +snapshotter overl
 line "native is a problem" '^problem +bypass +snapshotter native is loaded'
 no_line "no 'no other snapshotter' line" '^ok +bypass'
 line "CRI's snapshotter unset (CRI not loaded here: warning)" "^warning +cri +CRI's snapshotter is unset \(containerd's default, overlayfs\)"
+no_line "nothing said of the image filesystem when CRI does not use pullgate" '^[a-z]+ +imagefs '
 line "shared content is a warning saying what it means" '^warning +sharing +content_sharing_policy is "shared": any namespace can read another.s blobs by digest.*fix: set content_sharing_policy = "isolated"'
 case $V in
   1.6) line "no transfer service on 1.6" '^ok +transfer' ;;

@@ -12,6 +12,8 @@
 #      podLogsDir show the image's message); a pod of team-c (IfNotPresent), which kubelet lets
 #      use the present image without a pull (kubelet records a pull made with the node's
 #      credential as usable by every pod of the node), is refused by pullgate and prints nothing.
+#      The image filesystem: CRI's ImageFsInfo through the front names pullgate's root (the
+#      fragment's exported root), and kubelet's summary measures it (capacity, free, usage).
 #   2. With an API server (kube-apiserver from the same module, Debian's etcd): kubelet
 #      registered as a node, without any node credential, its KubeletEnsureSecretPulledImages
 #      off (as on clusters before 1.33); a second private image put on the node by the operator
@@ -176,6 +178,20 @@ pass "kubelet runs standalone (healthz), its CRI endpoints pullgate's front"
 wait_for 90 running_in team-a || fail "team-a's container never ran: $(direct ps -a 2>&1 | tail -5)"
 wait_for 30 running_in team-b || fail "team-b's container never ran: $(direct ps -a 2>&1 | tail -5)"
 wait_for 10 bash -c "grep -qF '$PRIVMSG' $WORK/pod-logs/team-a_app-a*/app/0.log" ; wait_for 10 bash -c "grep -qF '$PRIVMSG' $WORK/pod-logs/team-b_app-b*/app/0.log"
+# The image filesystem: containerd's CRI reports it at the root pullgate's proxy plugin exports
+# (plugin/containerd-*.toml, pullgate's own root here), which kubelet measures for its image
+# garbage collection and eviction (a directory that does not exist makes both fail).
+fs=$("$CRICTL_BIN" --image-endpoint "unix://$PG/cri.sock" imagefsinfo -o json 2>"$WORK/crictl.err" || cat "$WORK/crictl.err")
+check "CRI's ImageFsInfo through the front names pullgate's root $PG/root ($(shown 200 "$fs"))" \
+  python3 -c 'import json,sys; s=json.loads(sys.argv[1])["status"]; assert [f["fsId"]["mountpoint"] for f in s["imageFilesystems"]] == [sys.argv[2]], s' "$fs" "$PG/root"
+# (containerd's CRI adds up the snapshots' usage every 10 s.)
+imagefs_measured() {
+  curl -sk "https://127.0.0.1:$KPORT/stats/summary" >"$WORK/summary.json"
+  python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["node"]["runtime"]["imageFs"]; assert f["capacityBytes"] > 0 and f["availableBytes"] > 0 and f["usedBytes"] > 0, f' "$WORK/summary.json" 2>/dev/null
+}
+wait_for 40 imagefs_measured
+check "kubelet measures that image filesystem: its summary's imageFs has a capacity, free space and the images' usage ($(shown 300 "$(tr -d ' \n' <"$WORK/summary.json" | grep -o '"imageFs":{[^}]*}' || head -c 300 "$WORK/summary.json")"))" imagefs_measured
+check "kubelet logs no failure to read the image filesystem" not grep -qE "HasDedicatedImageFs|Image garbage collection failed|failed to get imageFs" "$WORK/kubelet1/log"
 check "team-a's static pod ran the private image: its log (kubelet's podLogsDir) has the image's message" grep -qF "$PRIVMSG" <<<"$(pod_log team-a app-a)"
 check "team-b's static pod too" grep -qF "$PRIVMSG" <<<"$(pod_log team-b app-b)"
 # kubelet_running NS: kubelet's /pods shows a running container in a pod of NS.

@@ -274,6 +274,14 @@ node_platform() { "$REPO/plugin/fragment.sh" --platform; }
 # containerd_config VERSION PG_SOCKET [keep-builtin]: the operator's fragment (plugin/fragment.sh),
 # pointed at this run's sockets; CRI disabled (not under test here). With keep-builtin the
 # built-in snapshotters stay enabled (benchmarks compare against overlayfs).
+# fragment 1.x|2.x PG_SOCKET: plugin/fragment.sh's fragment for this run: pullgate at PG_SOCKET,
+# its root beside it (pullgate_config's layout), containerd's root and state under $WORK.
+fragment() {
+  local c=$WORK/containerd root; root=$(dirname "$2")/root
+  "$REPO/plugin/fragment.sh" "$1" | sed -e "s#/run/pullgate/snapshotter.sock#$2#" -e "s#root = \"/var/lib/pullgate\"#root = \"$root\"#" \
+      -e "/^version = /a root = \"$c/root\"\nstate = \"$c/state\""
+}
+
 containerd_config() {
   local v=$1 sock=$2 keep=${3:-} frag cri
   case $v in
@@ -281,8 +289,7 @@ containerd_config() {
     2.1|2.4) frag=2.x; cri='"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime"' ;;
   esac
   local c=$WORK/containerd
-  "$REPO/plugin/fragment.sh" "$frag" | sed -e "s#/run/pullgate/snapshotter.sock#$sock#" \
-      -e "/^version = /a root = \"$c/root\"\nstate = \"$c/state\"" > "$c/config.toml.tmp"
+  fragment "$frag" "$sock" > "$c/config.toml.tmp"
   if [ -n "$keep" ]; then
     sed -i "s#^disabled_plugins = .*#disabled_plugins = [$cri]#" "$c/config.toml.tmp"
   else
