@@ -127,7 +127,7 @@ async fn report_shareable(address: std::path::PathBuf, public_namespace: String)
         if let Some(list) = listed {
             let (own, list): (Vec<String>, Vec<String>) = list.into_iter().partition(|ns| *ns == public_namespace);
             for ns in &own {
-                tracing::info!(namespace = %ns, "pullgate's public namespace: it holds only blobs their origin serves without credentials, for every namespace to take without a copy");
+                tracing::info!(namespace = %ns, "pullgate's public namespace, labelled shareable: each pull that places public blobs first checks that everything it holds is public, and takes the label away otherwise");
             }
             for ns in &list {
                 tracing::warn!(namespace = %ns, label = crate::pull::containerd::SHAREABLE_LABEL,
@@ -177,7 +177,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         channel: crate::pull::containerd::lazy_channel(cfg.daemon.containerd_address.clone()),
         node: tokio::sync::OnceCell::new(),
         public_namespace: Some(cfg.daemon.public_namespace.clone()).filter(|n| !n.is_empty()),
-        public_taken: Default::default(),
+        public_checked: Default::default(),
         holders: Default::default(),
     });
     let (tx, rx) = tokio::sync::watch::channel(false);

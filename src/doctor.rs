@@ -621,12 +621,12 @@ pub fn check_namespaces(d: &Daemon, cri_is_pullgate: bool, public_namespace: &st
                 format!(
                     "namespace {name} is pullgate's public namespace ([daemon] public_namespace): pullgate puts there only blobs their origin served it \
                      without credentials, so that under an isolated content store every namespace takes them without a copy; it refuses pulls and \
-                     verifies there, and shares it only if everything in it was so established (a client with containerd's socket can still write \
-                     there, as into any namespace){}",
+                     verifies there, and each pull that places public blobs checks that everything there is public and takes the shareable label \
+                     away otherwise (a client with containerd's socket can still write there between two such pulls, as into any namespace){}",
                     if labels.get(SHAREABLE_LABEL).map(String::as_str) == Some("true") {
                         ""
                     } else {
-                        "; it is not labelled shareable now: the next pull that needs it labels it again, once everything in it is found public"
+                        "; it is not labelled shareable now: the next pull that needs it labels it, once everything in it is found public"
                     }
                 ),
             ));

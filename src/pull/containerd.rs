@@ -315,6 +315,19 @@ impl Containerd {
         Ok(list.into_iter().map(|n| (n.name, n.labels)).collect())
     }
 
+    /// Removes this namespace's `SHAREABLE_LABEL` (nothing to do if it has none, or does not
+    /// exist).
+    pub async fn make_unshareable(&self) -> Result<()> {
+        use containerd_client::services::v1::{namespaces_client::NamespacesClient, Namespace, UpdateNamespaceRequest};
+        let ns = Namespace { name: self.namespace.clone(), labels: HashMap::new() };
+        let mask = prost_types::FieldMask { paths: vec![format!("labels.{SHAREABLE_LABEL}")] };
+        match NamespacesClient::new(self.channel.clone()).update(UpdateNamespaceRequest { namespace: Some(ns), update_mask: Some(mask) }).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(err(format!("remove the shareable label of namespace {}", self.namespace))(s)),
+        }
+    }
+
     /// The namespaces labelled `containerd.io/namespace.shareable=true`: containerd 1.7+ lets
     /// every namespace read their blobs, whatever the content sharing policy.
     pub async fn shareable_namespaces(&self) -> Result<Vec<String>> {

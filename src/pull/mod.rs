@@ -43,7 +43,7 @@ pub enum PullError {
     ForgedLayer { image: String, blob: String, claimed: String, actual: String },
     #[error("image {image}: {reason}")]
     BadImage { image: String, reason: String },
-    #[error("namespace {namespace} holds {blobs} blob(s) that pullgate did not establish as public (the first: {first}); it is not made shareable: remove them (ctr -n {namespace} content rm ...) or name another [daemon] public_namespace")]
+    #[error("namespace {namespace} holds {blobs} blob(s) that pullgate did not establish as public (the first: {first}); pullgate does not share it (it removes its shareable label): remove them (ctr -n {namespace} content rm ...) or name another [daemon] public_namespace")]
     PublicNamespaceTaken { namespace: String, blobs: usize, first: String },
     #[error("namespace {0} is pullgate's public namespace, which every namespace can read: pullgate puts there only blobs their origin serves without credentials, and pulls nothing into it")]
     PublicNamespace(String),
@@ -139,9 +139,9 @@ pub struct Puller {
     /// on containerd 1.7+, the blobs pullgate established as public at their origin are held
     /// there once, labelled shareable, and every namespace adopts them instead of a copy.
     pub public_namespace: Option<String>,
-    /// Set once this process checked what the public namespace holds and labelled it
-    /// shareable (`public_namespace_ready`).
-    pub public_taken: std::sync::atomic::AtomicBool,
+    /// Blobs of the public namespace found established as public (`public_namespace_ready`
+    /// asks the ledger about each other one): a blob, once public, stays so in the ledger.
+    pub public_checked: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Blob digest -> a namespace that held it when pullgate last placed it there
     /// (`holder_hints`), so that finding a blob on the node does not ask every namespace.
     pub holders: std::sync::Mutex<HashMap<String, String>>,
@@ -149,6 +149,9 @@ pub struct Puller {
 
 /// Holder hints kept at most (then forgotten at once and learnt again).
 const MAX_HOLDER_HINTS: usize = 200_000;
+
+/// Blobs of the public namespace remembered as checked, at most (then forgotten at once).
+const MAX_PUBLIC_CHECKED: usize = 200_000;
 
 /// Blobs downloaded at once.
 const FETCH_CONCURRENCY: usize = 4;
@@ -258,43 +261,48 @@ impl Puller {
         }
     }
 
-    /// The public namespace is taken (what it holds checked, then labelled shareable) at its
-    /// first use in this process, and again whenever its label is found gone (an operator or a
-    /// client removed it: without it containerd lets no namespace adopt from there, and what it
-    /// holds is checked again before it is shared again); otherwise one Get a pull.
+    /// The public namespace may be shared: at each pull that places public blobs, everything it
+    /// holds is checked to be public (a client with containerd's socket may have written there,
+    /// labelled or not), then it is labelled shareable if it is not, and what it holds is looked
+    /// at again (a write between the look and the label). Holding anything else, it is not
+    /// shared: its label is removed (the namespace is pullgate's by its config) and the pull
+    /// copies public blobs like private ones.
     async fn public_namespace_ready(&self, cd: &Containerd, ns: &str) -> std::result::Result<(), PullError> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let taken = self.public_taken.load(SeqCst);
-        if taken && cd.elsewhere(ns).is_shareable().await? {
-            return Ok(());
+        let there = cd.elsewhere(ns);
+        self.held_only_public(&there).await?;
+        if !there.is_shareable().await? {
+            there.make_shareable().await?;
+            self.held_only_public(&there).await?;
+            tracing::info!(namespace = ns, label = containerd::SHAREABLE_LABEL, "pullgate's public namespace labelled: everything it holds is public");
         }
-        self.take_public_namespace(cd, ns).await?;
-        if taken {
-            tracing::info!(namespace = ns, label = containerd::SHAREABLE_LABEL, "pullgate's public namespace had lost its label: what it holds is all public, labelled again");
-        }
-        self.public_taken.store(true, SeqCst);
         Ok(())
     }
 
-    /// Makes the public namespace shareable, first making sure that everything it already
-    /// holds is public (a client may have made it, or written there, before pullgate): a
-    /// namespace holding anything else is left alone, not shared.
-    async fn take_public_namespace(&self, cd: &Containerd, ns: &str) -> std::result::Result<(), PullError> {
-        let there = cd.elsewhere(ns);
+    /// Everything namespace `there` holds is established as public; otherwise its shareable
+    /// label is removed and the error names what is not.
+    async fn held_only_public(&self, there: &Containerd) -> std::result::Result<(), PullError> {
         let held = there.all_content().await?;
-        let private: Vec<&String> = self.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
-            let mut out = Vec::new();
-            for d in &held {
-                if !ledger::served_anonymously(tx, d)? {
-                    out.push(d);
-                }
+        let unchecked: Vec<String> = {
+            let known = self.public_checked.lock().unwrap_or_else(|p| p.into_inner());
+            held.into_iter().filter(|d| !known.contains(d)).collect()
+        };
+        let (public, private) = self.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
+            let (mut public, mut private) = (Vec::new(), Vec::new());
+            for d in unchecked {
+                if ledger::served_anonymously(tx, &d)? { public.push(d) } else { private.push(d) }
             }
-            Ok(out)
+            Ok((public, private))
         })?;
-        if let Some(first) = private.first() {
-            return Err(PullError::PublicNamespaceTaken { namespace: ns.to_string(), blobs: private.len(), first: first.to_string() });
+        {
+            let mut known = self.public_checked.lock().unwrap_or_else(|p| p.into_inner());
+            if known.len() + public.len() > MAX_PUBLIC_CHECKED {
+                known.clear();
+            }
+            known.extend(public);
         }
-        Ok(there.make_shareable().await?)
+        let Some(first) = private.first() else { return Ok(()) };
+        there.make_unshareable().await?;
+        Err(PullError::PublicNamespaceTaken { namespace: there.namespace().to_string(), blobs: private.len(), first: first.clone() })
     }
 
     /// A warning when the namespace is labelled shareable: containerd 1.7+ then lets every
