@@ -127,7 +127,7 @@ async fn report_shareable(address: std::path::PathBuf, public_namespace: String)
         if let Some(list) = listed {
             let (own, list): (Vec<String>, Vec<String>) = list.into_iter().partition(|ns| *ns == public_namespace);
             for ns in &own {
-                tracing::info!(namespace = %ns, "pullgate's public namespace, labelled shareable: each pull that places public blobs first checks that everything it holds is public, and takes the label away otherwise");
+                tracing::info!(namespace = %ns, "pullgate's public namespace, labelled shareable: each pull or verify of an image with a blob pullgate knows as public (isolated store) first checks that everything it holds is public, and takes the label away otherwise");
             }
             for ns in &list {
                 tracing::warn!(namespace = %ns, label = crate::pull::containerd::SHAREABLE_LABEL,

@@ -621,8 +621,9 @@ pub fn check_namespaces(d: &Daemon, cri_is_pullgate: bool, public_namespace: &st
                 format!(
                     "namespace {name} is pullgate's public namespace ([daemon] public_namespace): pullgate puts there only blobs their origin served it \
                      without credentials, so that under an isolated content store every namespace takes them without a copy; it refuses pulls and \
-                     verifies there, and each pull that places public blobs checks that everything there is public and takes the shareable label \
-                     away otherwise (a client with containerd's socket can still write there between two such pulls, as into any namespace){}",
+                     verifies there, and each pull or verify of an image with a blob it knows as public (isolated store) checks that everything there \
+                     is public and takes the shareable label away otherwise (doctor does not look at what it holds; a client with containerd's \
+                     socket can write there between two such pulls, as into any namespace){}",
                     if labels.get(SHAREABLE_LABEL).map(String::as_str) == Some("true") {
                         ""
                     } else {

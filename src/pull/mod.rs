@@ -261,8 +261,10 @@ impl Puller {
         }
     }
 
-    /// The public namespace may be shared: at each pull that places public blobs, everything it
-    /// holds is checked to be public (a client with containerd's socket may have written there,
+    /// The public namespace may be shared: at each pull or verify of an image with a blob
+    /// pullgate knows as public (under an isolated store on containerd 1.7+), everything it
+    /// holds is checked to be public (a list of it: the cost grows with what it holds, at most
+    /// the public blobs placed there in the last 24 hours) (a client with containerd's socket may have written there,
     /// labelled or not), then it is labelled shareable if it is not, and what it holds is looked
     /// at again (a write between the look and the label). Holding anything else, it is not
     /// shared: its label is removed (the namespace is pullgate's by its config) and the pull
@@ -272,7 +274,14 @@ impl Puller {
         self.held_only_public(&there).await?;
         if !there.is_shareable().await? {
             there.make_shareable().await?;
-            self.held_only_public(&there).await?;
+            if let Err(e) = self.held_only_public(&there).await {
+                // Not looked at since it was labelled: the label goes again (held_only_public
+                // took it away itself if it found something private).
+                if !matches!(e, PullError::PublicNamespaceTaken { .. }) {
+                    let _ = there.make_unshareable().await;
+                }
+                return Err(e);
+            }
             tracing::info!(namespace = ns, label = containerd::SHAREABLE_LABEL, "pullgate's public namespace labelled: everything it holds is public");
         }
         Ok(())
@@ -295,14 +304,17 @@ impl Puller {
         })?;
         {
             let mut known = self.public_checked.lock().unwrap_or_else(|p| p.into_inner());
-            if known.len() + public.len() > MAX_PUBLIC_CHECKED {
+            if !public.is_empty() && known.len() + public.len() > MAX_PUBLIC_CHECKED {
                 known.clear();
             }
             known.extend(public);
         }
         let Some(first) = private.first() else { return Ok(()) };
-        there.make_unshareable().await?;
-        Err(PullError::PublicNamespaceTaken { namespace: there.namespace().to_string(), blobs: private.len(), first: first.clone() })
+        let taken = PullError::PublicNamespaceTaken { namespace: there.namespace().to_string(), blobs: private.len(), first: first.clone() };
+        if let Err(e) = there.make_unshareable().await {
+            tracing::warn!(namespace = there.namespace(), error = %e, found = %taken, "cannot take the shareable label away from pullgate's public namespace, which holds blobs not established as public");
+        }
+        Err(taken)
     }
 
     /// A warning when the namespace is labelled shareable: containerd 1.7+ then lets every
