@@ -261,30 +261,31 @@ impl Puller {
         }
     }
 
-    /// The public namespace may be shared: at each pull or verify of an image with a blob
+    /// The public namespace may be shared. At each pull or verify of an image with a blob
     /// pullgate knows as public (under an isolated store on containerd 1.7+), everything it
-    /// holds is checked to be public (a list of it: the cost grows with what it holds, at most
-    /// the public blobs placed there in the last 24 hours) (a client with containerd's socket may have written there,
-    /// labelled or not), then it is labelled shareable if it is not, and what it holds is looked
-    /// at again (a write between the look and the label). Holding anything else, it is not
-    /// shared: its label is removed (the namespace is pullgate's by its config) and the pull
-    /// copies public blobs like private ones.
+    /// holds is checked to be public (a client with containerd's socket may have written there,
+    /// labelled or not; the list grows with what it holds, at most the public blobs placed
+    /// there in the last 24 hours); it is labelled shareable if it is not, and what it holds is
+    /// looked at again (a write between the look and the label). Holding anything else, or
+    /// when the check cannot be made, it is not shared: its label is taken away (the namespace
+    /// is pullgate's by its config) and the pull copies public blobs like private ones.
     async fn public_namespace_ready(&self, cd: &Containerd, ns: &str) -> std::result::Result<(), PullError> {
         let there = cd.elsewhere(ns);
-        self.held_only_public(&there).await?;
-        if !there.is_shareable().await? {
-            there.make_shareable().await?;
-            if let Err(e) = self.held_only_public(&there).await {
-                // Not looked at since it was labelled: the label goes again (held_only_public
-                // took it away itself if it found something private).
-                if !matches!(e, PullError::PublicNamespaceTaken { .. }) {
-                    let _ = there.make_unshareable().await;
-                }
-                return Err(e);
+        let checked = async {
+            self.held_only_public(&there).await?;
+            if !there.is_shareable().await? {
+                there.make_shareable().await?;
+                self.held_only_public(&there).await?;
+                tracing::info!(namespace = ns, label = containerd::SHAREABLE_LABEL, "pullgate's public namespace labelled: everything it holds is public");
             }
-            tracing::info!(namespace = ns, label = containerd::SHAREABLE_LABEL, "pullgate's public namespace labelled: everything it holds is public");
+            Ok(())
         }
-        Ok(())
+        .await;
+        // (held_only_public took the label away itself if it found something not public.)
+        if checked.as_ref().is_err_and(|e| !matches!(e, PullError::PublicNamespaceTaken { .. })) {
+            let _ = there.make_unshareable().await;
+        }
+        checked
     }
 
     /// Everything namespace `there` holds is established as public; otherwise its shareable
