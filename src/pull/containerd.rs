@@ -177,27 +177,36 @@ impl Containerd {
     }
 
     /// Makes this namespace one whose blobs containerd 1.7+ lets every namespace read
-    /// (`SHAREABLE_LABEL`), creating it if it does not exist.
-    pub async fn make_shareable(&self) -> Result<()> {
-        use containerd_client::services::v1::{namespaces_client::NamespacesClient, CreateNamespaceRequest, GetNamespaceRequest, Namespace, UpdateNamespaceRequest};
+    /// (`SHAREABLE_LABEL`), creating it if it does not exist; true when it was not labelled so.
+    pub async fn make_shareable(&self) -> Result<bool> {
+        use containerd_client::services::v1::{namespaces_client::NamespacesClient, CreateNamespaceRequest, GetNamespaceRequest, Namespace};
         let mut client = NamespacesClient::new(self.channel.clone());
-        let labels = HashMap::from([(SHAREABLE_LABEL.to_string(), "true".to_string())]);
-        let ns = Namespace { name: self.namespace.clone(), labels };
         let context = || format!("make namespace {} shareable", self.namespace);
         match client.get(GetNamespaceRequest { name: self.namespace.clone() }).await {
-            Ok(r) if r.get_ref().namespace.as_ref().is_some_and(|n| shareable(&n.labels)) => Ok(()),
+            Ok(r) if r.get_ref().namespace.as_ref().is_some_and(|n| shareable(&n.labels)) => Ok(false),
             Ok(_) => {
-                let mask = prost_types::FieldMask { paths: vec![format!("labels.{SHAREABLE_LABEL}")] };
-                client.update(UpdateNamespaceRequest { namespace: Some(ns), update_mask: Some(mask) }).await.map_err(err(context()))?;
-                Ok(())
+                self.set_shareable_label(Some("true")).await.map_err(err(context()))?;
+                Ok(true)
             }
-            Err(s) if s.code() == Code::NotFound => match client.create(CreateNamespaceRequest { namespace: Some(ns) }).await {
-                Ok(_) => Ok(()),
-                Err(s) if s.code() == Code::AlreadyExists => Box::pin(self.make_shareable()).await,
-                Err(s) => Err(err(context())(s)),
-            },
+            Err(s) if s.code() == Code::NotFound => {
+                let ns = Namespace { name: self.namespace.clone(), labels: HashMap::from([(SHAREABLE_LABEL.to_string(), "true".to_string())]) };
+                match client.create(CreateNamespaceRequest { namespace: Some(ns) }).await {
+                    Ok(_) => Ok(true),
+                    Err(s) if s.code() == Code::AlreadyExists => Box::pin(self.make_shareable()).await,
+                    Err(s) => Err(err(context())(s)),
+                }
+            }
             Err(s) => Err(err(context())(s)),
         }
+    }
+
+    /// Sets (`Some`) or removes (`None`) this namespace's `SHAREABLE_LABEL`, other labels kept.
+    async fn set_shareable_label(&self, value: Option<&str>) -> std::result::Result<(), tonic::Status> {
+        use containerd_client::services::v1::{namespaces_client::NamespacesClient, Namespace, UpdateNamespaceRequest};
+        let labels = value.map(|v| HashMap::from([(SHAREABLE_LABEL.to_string(), v.to_string())])).unwrap_or_default();
+        let ns = Namespace { name: self.namespace.clone(), labels };
+        let mask = prost_types::FieldMask { paths: vec![format!("labels.{SHAREABLE_LABEL}")] };
+        NamespacesClient::new(self.channel.clone()).update(UpdateNamespaceRequest { namespace: Some(ns), update_mask: Some(mask) }).await.map(drop)
     }
 
     fn req<T>(&self, msg: T) -> Request<T> {
@@ -318,11 +327,8 @@ impl Containerd {
     /// Removes this namespace's `SHAREABLE_LABEL` (nothing to do if it has none, or does not
     /// exist).
     pub async fn make_unshareable(&self) -> Result<()> {
-        use containerd_client::services::v1::{namespaces_client::NamespacesClient, Namespace, UpdateNamespaceRequest};
-        let ns = Namespace { name: self.namespace.clone(), labels: HashMap::new() };
-        let mask = prost_types::FieldMask { paths: vec![format!("labels.{SHAREABLE_LABEL}")] };
-        match NamespacesClient::new(self.channel.clone()).update(UpdateNamespaceRequest { namespace: Some(ns), update_mask: Some(mask) }).await {
-            Ok(_) => Ok(()),
+        match self.set_shareable_label(None).await {
+            Ok(()) => Ok(()),
             Err(s) if s.code() == Code::NotFound => Ok(()),
             Err(s) => Err(err(format!("remove the shareable label of namespace {}", self.namespace))(s)),
         }

@@ -273,8 +273,7 @@ impl Puller {
         let there = cd.elsewhere(ns);
         let checked = async {
             self.held_only_public(&there).await?;
-            if !there.is_shareable().await? {
-                there.make_shareable().await?;
+            if there.make_shareable().await? {
                 self.held_only_public(&there).await?;
                 tracing::info!(namespace = ns, label = containerd::SHAREABLE_LABEL, "pullgate's public namespace labelled: everything it holds is public");
             }
