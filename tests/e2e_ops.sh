@@ -52,8 +52,9 @@ check "committed snapshots counted (the image's 6 layers)" test "$(metric 'pullg
 check "committed snapshots' disk usage > 7 MB" test "$(metric pullgate_snapshots_committed_bytes)" -gt 7000000
 check "the metadata database size is reported" test "$(metric pullgate_metadata_database_bytes)" -gt 0
 # Tenant B gets the image as a tarball from A (no password) and tries to run it.
-ctr_ -n A images export "$WORK/img.tar" "$IMG" >/dev/null 2>&1
-ctr_ -n B images import --no-unpack "$WORK/img.tar" >/dev/null 2>&1
+check "A exports the image to a tarball" ctr_ -n A images export "$WORK/img.tar" "$IMG"
+check "B imports the tarball without unpacking" ctr_ -n B images import --no-unpack "$WORK/img.tar"
+check "B has an image record of it" has_image B "$IMG"
 d0=$(metric "$DENY")
 check_refused "B's ctr run is refused by the gate" "pullgate denied namespace \"B\"" "private ops app" \
   ctr_ -n B run --rm --snapshotter pullgate "$IMG" b1

@@ -23,7 +23,12 @@ NAS=0
 NA_CHECKS=()
 na() { NAS=$((NAS + 1)); NA_CHECKS+=("$*"); printf '  n/a  %s\n' "$*"; }
 # check DESC CMD...: passes when CMD succeeds.
-check() { local d=$1; shift; if "$@" >/dev/null 2>&1; then pass "$d"; else fail "$d"; fi; }
+# check DESC CMD...: passes when CMD succeeds; a failure quotes what CMD printed.
+check() {
+  local d=$1; shift
+  local out; out=$("$@" 2>&1); local rc=$?
+  if [ $rc -eq 0 ]; then pass "$d"; elif [ -n "$out" ]; then fail "$d (rc=$rc: $(shown 400 "$out"))"; else fail "$d"; fi
+}
 # shown N TEXT: TEXT as a failure message quotes it, at most N bytes, without the warning
 # containerd 2.2 and later prints on every ctr call on a cgroup v1 host (it filled the quote and
 # hid what a failing command had printed).
@@ -330,6 +335,8 @@ launch_containerd() {
 }
 
 ctr_() { "${CTR[@]}" "$@"; }
+# has_image NS REF: NS holds an image record named REF.
+has_image() { ctr_ -n "$1" images ls -q | grep -qxF -- "$2"; }
 
 # not CMD...: succeeds when CMD fails (for `check`, which runs a command, not a pipeline).
 not() { ! "$@"; }
