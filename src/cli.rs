@@ -72,7 +72,8 @@ pub struct RegistryArgs {
     /// input, instead of --user.
     #[arg(long, conflicts_with = "user")]
     pub registry_token_stdin: bool,
-    /// Talk to the registry over plain http.
+    /// Talk to the registry's own server over plain http (as ctr: a server a hosts.toml names
+    /// keeps the scheme it names).
     #[arg(long)]
     pub plain_http: bool,
     /// containerd-style hosts directory (DIR/<host>/hosts.toml), read by this command: only

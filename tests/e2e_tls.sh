@@ -94,6 +94,12 @@ check_out "the image runs in t1 through the gate" "hello over mutual TLS" \
   ctr_ -n t1 run --rm --snapshotter pullgate "$IMG" tls-run-1
 # (An https origin is shown without its scheme; plain http ones with it.)
 check "t1's grant names the https origin" bash -c "\"\$@\" | awk 'NR == 2 {print \$3}' | grep -qx '$REG/private/app'" _ "$PG_BIN" grants --address "$PG/api.sock" -n t1
+# --plain-http is for the registry's own server (containerd's DefaultScheme): the server the
+# operator's hosts.toml names stays https, for ctr and for pullgate alike.
+check "ctr content fetch --plain-http --hosts-dir: the named https server is used (-n t1c)" \
+  ctr_ -n t1c content fetch --plain-http --hosts-dir "$HOSTS" --user "alice:$PW" "$IMG"
+check "pullgate pull --plain-http: the named https server is used, not plain http (-n t1p)" pg pull -n t1p --plain-http --user "alice:$PW" "$IMG"
+check "t1p's grant names the https origin" bash -c "\"\$@\" | awk 'NR == 2 {print \$3}' | grep -qx '$REG/private/app'" _ "$PG_BIN" grants --address "$PG/api.sock" -n t1p
 
 log "2. refused, nothing recorded"
 # refused_no_grant DESC NS ERE: pullgate verify in NS fails with a message matching ERE, the

@@ -175,9 +175,12 @@ pub fn is_proxy(registry: &str, authority: &str) -> bool {
     registry != authority && !(registry == DOCKER_HUB && authority == DOCKER_HUB_API)
 }
 
-/// The endpoint at server `server` (a named one) for registry `host`.
-fn at_server(server: &str, host: &str, plain_http: bool) -> Result<Endpoint, String> {
-    let (base, authority) = normalize_server(server, plain_http)?;
+/// The endpoint at server `server` (a named one) for registry `host`, over the scheme it names
+/// (https when none): `--plain-http` does not change a named server's scheme, as containerd's
+/// `DefaultScheme` applies only to the registry's own server (a downgrade the operator's
+/// hosts.toml did not ask for would send the tenant's credential in the clear).
+fn at_server(server: &str, host: &str) -> Result<Endpoint, String> {
+    let (base, authority) = normalize_server(server)?;
     let ns = is_proxy(host, &authority).then(|| host.to_string());
     Ok(Endpoint { base, ns, ..Endpoint::default() })
 }
@@ -185,11 +188,11 @@ fn at_server(server: &str, host: &str, plain_http: bool) -> Result<Endpoint, Str
 /// The endpoint for registry `host`: `server` (a request's, from [`request_server`]) if given,
 /// with no TLS settings of its own; else `hosts.toml` in the operator's `hosts_dir` if it has
 /// one for the host; else the registry's own server ([`default_server`]). `--plain-http`
-/// forces http on a named server.
+/// applies to the registry's own server only.
 pub fn endpoint(host: &str, hosts_dir: Option<&Path>, plain_http: bool, server: Option<&str>) -> Result<Endpoint, HostsError> {
     if let Some(s) = server {
         let bad = |reason| HostsError::Invalid { path: PathBuf::from("(request)"), reason };
-        return at_server(s, host, plain_http).map_err(bad);
+        return at_server(s, host).map_err(bad);
     }
     let default = Endpoint { base: default_server(host, plain_http), ..Endpoint::default() };
     let Some(dir) = hosts_dir else { return Ok(default) };
@@ -321,9 +324,8 @@ fn with_scheme(server: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// `scheme://host[:port]` of a server URL (https when it names none, as containerd reads it),
-/// `--plain-http` forcing http, and its `host[:port]` as written (what containerd compares
-/// with the registry's name).
-fn normalize_server(server: &str, plain_http: bool) -> Result<(String, String), String> {
+/// and its `host[:port]` as written (what containerd compares with the registry's name).
+fn normalize_server(server: &str) -> Result<(String, String), String> {
     // A value naming a user may hold a password: never quoted (errors reach tenants and logs).
     let shown = if server.contains('@') { "(not shown: it names a user)".to_string() } else { format!("{:?}", crate::reference::excerpt(server)) };
     let full = with_scheme(server);
@@ -341,7 +343,7 @@ fn normalize_server(server: &str, plain_http: bool) -> Result<(String, String), 
     if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() || url.password().is_some() || !matches!(url.path(), "" | "/" | "/v2" | "/v2/") {
         return Err(format!("server {shown} must not carry credentials, a path, query or fragment"));
     }
-    let scheme = if plain_http { "http" } else { url.scheme() };
+    let scheme = url.scheme();
     let authority = match url.port() {
         Some(p) => format!("{}:{p}", url.host_str().unwrap_or_default()),
         None => url.host_str().unwrap_or_default().to_string(),
@@ -367,7 +369,7 @@ pub fn request_server(text: &str, host: &str) -> Result<Option<String>, String> 
         None => Ok(None),
         // As written (with its scheme): the daemon normalizes it, and tells from the host as
         // written whether it is a proxy, as containerd does.
-        Some(s) => normalize_server(s, false).map(|_| Some(with_scheme(s).into_owned())).map_err(|e| format!("{e} (registry {})", crate::reference::excerpt(host))),
+        Some(s) => normalize_server(s).map(|_| Some(with_scheme(s).into_owned())).map_err(|e| format!("{e} (registry {})", crate::reference::excerpt(host))),
     }
 }
 
@@ -377,10 +379,10 @@ pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<En
     let f = parse_toml(text)?;
     f.check(base)?;
     let (server, mut ep) = match f.server.as_deref() {
-        Some(s) => (with_scheme(s).into_owned(), at_server(s, host, plain_http)?),
+        Some(s) => (with_scheme(s).into_owned(), at_server(s, host)?),
         None => {
             let server = default_server(host, plain_http);
-            let (base, _) = normalize_server(&server, false)?;
+            let (base, _) = normalize_server(&server)?;
             (server, Endpoint { base, ..Endpoint::default() })
         }
     };
@@ -423,7 +425,8 @@ mod tests {
         let e = parse("server = \"reg.io:5000\"\n[host.\"reg.io:5000\"]\nskip_verify = true\n", "reg.io", false, root).unwrap();
         assert_eq!(e.base, "https://reg.io:5000");
         assert!(e.skip_verify);
-        assert_eq!(parse("server = \"reg.io\"\n", "reg.io", true, root).unwrap().base, "http://reg.io");
+        // --plain-http does not make a named server plain (containerd's DefaultScheme).
+        assert_eq!(parse("server = \"reg.io\"\n", "reg.io", true, root).unwrap().base, "https://reg.io");
         assert_eq!(request_server("server = \"mirror.example:5000\"\n", "r").unwrap(), Some("https://mirror.example:5000".into()));
     }
 
@@ -462,6 +465,29 @@ mod tests {
         assert_eq!(endpoint("reg.io", Some(d.path()), false, None).unwrap().base, "https://reg.io");
         assert_eq!(endpoint("reg.io", None, true, None).unwrap().base, "http://reg.io");
         assert_eq!(endpoint("reg.io", None, false, Some("http://10.0.0.1:5000")).unwrap(), Endpoint { base: "http://10.0.0.1:5000".into(), ns: Some("reg.io".into()), ..Default::default() });
+    }
+
+    /// As containerd's `DefaultScheme` (ctr's `--plain-http`): the registry's own server only;
+    /// a named server keeps the scheme it names (https without one).
+    #[test]
+    fn plain_http_applies_to_the_registrys_own_server_only() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = |text: &str| {
+            std::fs::create_dir_all(d.path().join("reg.io")).unwrap();
+            std::fs::write(d.path().join("reg.io/hosts.toml"), text).unwrap();
+            d.path()
+        };
+        for (text, plain, want) in [
+            ("server = \"https://reg.io\"\n", "https://reg.io", "https://reg.io"),
+            ("server = \"reg.io:5000\"\n", "https://reg.io:5000", "https://reg.io:5000"),
+            ("server = \"http://mirror.corp\"\n", "http://mirror.corp", "http://mirror.corp"),
+            ("skip_verify = true\n", "http://reg.io", "https://reg.io"),
+        ] {
+            assert_eq!(endpoint("reg.io", Some(dir(text)), true, None).unwrap().base, plain, "{text} with --plain-http");
+            assert_eq!(endpoint("reg.io", Some(dir(text)), false, None).unwrap().base, want, "{text}");
+        }
+        assert_eq!(endpoint("reg.io", None, true, Some("https://mirror.corp")).unwrap().base, "https://mirror.corp");
+        assert_eq!(endpoint("reg.io", None, true, Some("mirror.corp:5000")).unwrap().base, "https://mirror.corp:5000");
     }
 
     #[test]
