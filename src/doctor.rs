@@ -758,7 +758,9 @@ pub fn check_cri_principals(cfg: &Config) -> Option<Check> {
 /// The hosts directory's entry for every registry without a directory of its own.
 const DEFAULT_DIR: &str = "_default";
 
-async fn check_registries(cfg: &Config) -> Vec<Check> {
+/// `https_first`: the running containerd asks an http server with TLS settings over https first
+/// (unknown: as written), as pulls do.
+async fn check_registries(cfg: &Config, https_first: bool) -> Vec<Check> {
     let Some(dir) = cfg.registry.hosts_dir.as_deref() else {
         return vec![warning("registry", "no [registry] hosts_dir in pullgate's config: no registry to try", "set [registry] hosts_dir, or drop --registries")];
     };
@@ -781,13 +783,16 @@ async fn check_registries(cfg: &Config) -> Vec<Check> {
     }
     let mut out = Vec::new();
     for host in hosts {
-        let ep = match crate::registry::hosts::endpoint(&host, Some(dir), false, None) {
+        let mut ep = match crate::registry::hosts::endpoint(&host, Some(dir), false, None) {
             Ok(ep) => ep,
             Err(e) => {
                 out.push(problem("registry", format!("registry {host}: {e}"), "fix its hosts.toml"));
                 continue;
             }
         };
+        if !https_first {
+            ep.as_written();
+        }
         let client = match crate::registry::http_client(&ep, Some(CALL_TIMEOUT)) {
             Ok(c) => c,
             Err(e) => {
@@ -800,8 +805,16 @@ async fn check_registries(cfg: &Config) -> Vec<Check> {
             out.push(ok("registry", format!("{DEFAULT_DIR} (every registry without a directory of its own) reads well and names no server: pullgate asks each registry itself")));
             continue;
         }
-        let url = format!("{}/v2/", ep.base);
-        match tokio::time::timeout(CALL_TIMEOUT * 2, client.get(&url).send()).await {
+        let mut url = format!("{}/v2/", ep.base);
+        let mut answer = tokio::time::timeout(CALL_TIMEOUT * 2, client.get(&url).send()).await;
+        // An http server with TLS settings is asked over https first, as pulls ask it.
+        if let (Ok(Err(e)), Some(plain)) = (&answer, &ep.plain_fallback) {
+            if crate::registry::answered_plain_http(e) {
+                url = format!("{plain}/v2/");
+                answer = tokio::time::timeout(CALL_TIMEOUT * 2, client.get(&url).send()).await;
+            }
+        }
+        match answer {
             Ok(Ok(r)) => out.push(ok("registry", format!("registry {host} answers at {url} (HTTP {})", r.status().as_u16()))),
             Ok(Err(e)) => out.push(problem("registry", format!("registry {host} does not answer at {url}: {}", causes(&e)), "check the network, the registry and its hosts.toml")),
             Err(_) => out.push(problem("registry", format!("registry {host} does not answer at {url} within {}s", (CALL_TIMEOUT * 2).as_secs()), "check the network and the registry")),
@@ -892,7 +905,8 @@ pub async fn run(opts: &Options) -> Vec<Check> {
     out.extend(check_permissions(&pg));
     out.extend(check_cri_principals(&pg));
     if opts.registries {
-        out.extend(check_registries(&pg).await);
+        let https_first = daemon.as_ref().is_some_and(|d| crate::pull::containerd::https_first(&d.version));
+        out.extend(check_registries(&pg, https_first).await);
     }
     out
 }

@@ -55,6 +55,8 @@ pub struct NodeFacts {
     pub shared: Option<bool>,
     /// containerd 1.7 or later (reads `containerd.io/namespace.shareable`).
     pub honours_shareable: bool,
+    /// containerd asks an http server with TLS settings over https first ([`https_first`]).
+    pub https_first: bool,
 }
 /// Bytes per read of a blob's file: the size of containerd's own Read messages.
 const READ_CHUNK: usize = 1 << 20;
@@ -109,13 +111,24 @@ fn shareable(labels: &HashMap<String, String>) -> bool {
     labels.get(SHAREABLE_LABEL).is_some_and(|v| v == "true")
 }
 
-/// Whether a containerd of this version (as its Version call or `--version` prints it: "1.6.20",
-/// "v2.1.4", "1.7.24~ds1") reads `SHAREABLE_LABEL`: 1.7 and later.
+/// (major, minor, patch) of a containerd version as its Version call or `--version` prints it
+/// ("1.6.20", "v2.1.4", "1.7.24~ds1"); zeros for what cannot be read.
+fn version_parts(version: &str) -> (u32, u32, u32) {
+    let mut parts = version.trim().trim_start_matches('v').split(|c: char| !c.is_ascii_digit()).map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// Whether a containerd of this version reads `SHAREABLE_LABEL`: 1.7 and later.
 pub fn honours_shareable(version: &str) -> bool {
-    let mut parts = version.trim().trim_start_matches('v').split(|c: char| !c.is_ascii_digit());
-    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    (major, minor) >= (1, 7)
+    version_parts(version) >= (1, 7, 0)
+}
+
+/// Whether a containerd of this version asks an `http://` server with a port and TLS settings
+/// over https first, falling back to plain http (`hosts::Endpoint::plain_fallback`): 1.6.32,
+/// 1.7.16 and 2.0 on.
+pub fn https_first(version: &str) -> bool {
+    let v = version_parts(version);
+    v >= (2, 0, 0) || (v.0, v.1) == (1, 7) && v.2 >= 16 || (v.0, v.1) == (1, 6) && v.2 >= 32
 }
 
 #[derive(Clone)]
@@ -173,7 +186,7 @@ impl Containerd {
             .map_err(err("containerd version"))?
             .into_inner()
             .version;
-        Ok(NodeFacts { blobs, shared, honours_shareable: honours_shareable(&version) })
+        Ok(NodeFacts { blobs, shared, honours_shareable: honours_shareable(&version), https_first: https_first(&version) })
     }
 
     /// Makes this namespace one whose blobs containerd 1.7+ lets every namespace read
@@ -868,6 +881,13 @@ mod tests {
     fn shareable_namespaces_from_1_7() {
         for (v, yes) in [("1.6.20~ds1", false), ("v1.6.38", false), ("1.7.24~ds1", true), ("v2.1.4", true), ("2.4.2", true), ("", false), ("garbage", false)] {
             assert_eq!(honours_shareable(v), yes, "{v}");
+        }
+    }
+
+    #[test]
+    fn https_first_from_1_6_32_and_1_7_16() {
+        for (v, yes) in [("1.6.20~ds1", false), ("v1.6.31", false), ("1.6.32", true), ("1.7.15", false), ("1.7.16", true), ("1.7.24~ds1", true), ("v2.0.0", true), ("2.1.9+unknown", true), ("", false)] {
+            assert_eq!(https_first(v), yes, "{v}");
         }
     }
 

@@ -31,6 +31,20 @@ pub struct Endpoint {
     /// ([`is_proxy`]): containerd's `?ns=` on every manifest and blob request, and part of the
     /// origin (a proxy serves each registry its own content).
     pub ns: Option<String>,
+    /// The server as the operator's hosts.toml wrote it, `http://host:port`, when `base` is its
+    /// https form: an http server with a port other than 80 and TLS settings of its own, which
+    /// containerd (1.6.x and later) asks over https first, falling back to plain http when the
+    /// port answers plain http (`https_first`).
+    pub plain_fallback: Option<String>,
+}
+
+impl Endpoint {
+    /// The server as written, for a containerd that does not ask over https first.
+    pub fn as_written(&mut self) {
+        if let Some(plain) = self.plain_fallback.take() {
+            self.base = plain;
+        }
+    }
 }
 
 /// A client certificate file and its private key's file (None: the key is in the
@@ -44,8 +58,8 @@ pub struct ClientPair {
 #[derive(Debug, Deserialize)]
 struct HostsFile {
     server: Option<String>,
-    #[serde(default)]
-    skip_verify: bool,
+    /// Set at all (even false), it is a TLS setting to containerd (`https_first`).
+    skip_verify: Option<bool>,
     ca: Option<OneOrMany>,
     client: Option<toml::Value>,
     #[serde(default)]
@@ -56,8 +70,7 @@ struct HostsFile {
 
 #[derive(Debug, Deserialize)]
 struct HostEntry {
-    #[serde(default)]
-    skip_verify: bool,
+    skip_verify: Option<bool>,
     ca: Option<OneOrMany>,
     client: Option<toml::Value>,
     #[serde(flatten)]
@@ -102,7 +115,7 @@ impl HostsFile {
     }
 
     fn has_tls_settings(&self) -> bool {
-        self.skip_verify || self.ca.is_some() || self.client.is_some() || self.host.values().any(|h| h.skip_verify || h.ca.is_some() || h.client.is_some())
+        self.skip_verify == Some(true) || self.ca.is_some() || self.client.is_some() || self.host.values().any(|h| h.skip_verify == Some(true) || h.ca.is_some() || h.client.is_some())
     }
 }
 
@@ -386,18 +399,35 @@ pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<En
             (server, Endpoint { base, ..Endpoint::default() })
         }
     };
-    ep.skip_verify = f.skip_verify;
+    let mut tls_set = f.skip_verify.is_some() || f.ca.is_some() || f.client.is_some();
+    ep.skip_verify = f.skip_verify.unwrap_or(false);
     ep.ca = f.ca.map(|c| c.paths(base)).unwrap_or_default();
     ep.client = f.client.map(|c| client_pairs(c, base)).transpose()?.unwrap_or_default();
     // TLS settings given under the server's own [host."..."] entry apply to it too.
     for (name, h) in f.host {
         if with_scheme(&name).trim_end_matches('/') == server.trim_end_matches('/') {
-            ep.skip_verify |= h.skip_verify;
+            tls_set |= h.skip_verify.is_some() || h.ca.is_some() || h.client.is_some();
+            ep.skip_verify |= h.skip_verify.unwrap_or(false);
             ep.ca.extend(h.ca.map(|c| c.paths(base)).unwrap_or_default());
             ep.client.extend(h.client.map(|c| client_pairs(c, base)).transpose()?.unwrap_or_default());
         }
     }
+    if tls_set {
+        https_first(&mut ep);
+    }
     Ok(ep)
+}
+
+/// An http server with a port other than 80 (the url crate drops 80, http's own) and TLS
+/// settings: containerd tries it over https first, and over plain http only when that port
+/// answers plain http ([`Endpoint::plain_fallback`]). Without a port it is asked as written:
+/// containerd 1.6 and 1.7 do so (2.x would try https on 443 first, then http on 80).
+fn https_first(ep: &mut Endpoint) {
+    let Ok(u) = url::Url::parse(&ep.base) else { return };
+    let (Some(host), Some(port), "http") = (u.host_str(), u.port(), u.scheme()) else { return };
+    // (As the other bases: no port for https's own.)
+    let https = if port == 443 { format!("https://{host}") } else { format!("https://{host}:{port}") };
+    ep.plain_fallback = Some(std::mem::replace(&mut ep.base, https));
 }
 
 #[cfg(test)]
@@ -465,6 +495,35 @@ mod tests {
         assert_eq!(endpoint("reg.io", Some(d.path()), false, None).unwrap().base, "https://reg.io");
         assert_eq!(endpoint("reg.io", None, true, None).unwrap().base, "http://reg.io");
         assert_eq!(endpoint("reg.io", None, false, Some("http://10.0.0.1:5000")).unwrap(), Endpoint { base: "http://10.0.0.1:5000".into(), ns: Some("reg.io".into()), ..Default::default() });
+    }
+
+    /// containerd asks an http server with TLS settings and a port other than 80 over https
+    /// first (falling back to plain http when the port answers it): any TLS setting, even
+    /// `skip_verify = false`, at the top or under the server's own entry; never a request's.
+    #[test]
+    fn an_http_server_with_tls_settings_is_asked_over_https_first() {
+        let root = Path::new("/etc/containerd/certs.d/reg.io");
+        let at = |text: &str| {
+            let e = parse(text, "reg.io", false, root).unwrap();
+            (e.base, e.plain_fallback)
+        };
+        let first = |port: &str| (format!("https://127.0.0.1:{port}"), Some(format!("http://127.0.0.1:{port}")));
+        assert_eq!(at("server = \"http://127.0.0.1:5000\"\nca = \"ca.pem\"\n"), first("5000"));
+        assert_eq!(at("server = \"http://127.0.0.1:5000\"\nskip_verify = false\n"), first("5000"));
+        assert_eq!(at("server = \"http://127.0.0.1:5000\"\n[host.\"http://127.0.0.1:5000\"]\nclient = \"c.pem\"\n"), first("5000"));
+        assert_eq!(at("server = \"http://127.0.0.1:443\"\nskip_verify = true\n"), ("https://127.0.0.1".into(), Some("http://127.0.0.1:443".into())));
+        for as_written in [
+            "server = \"http://127.0.0.1:5000\"\n",
+            "server = \"http://127.0.0.1:5000\"\n[host.\"http://mirror:5000\"]\nca = \"ca.pem\"\n",
+            "server = \"http://127.0.0.1:80\"\nca = \"ca.pem\"\n",
+            "server = \"http://127.0.0.1\"\nca = \"ca.pem\"\n",
+            "server = \"https://127.0.0.1:5000\"\nca = \"ca.pem\"\n",
+        ] {
+            let (base, fallback) = at(as_written);
+            assert_eq!(fallback, None, "{as_written}");
+            assert!(!base.is_empty());
+        }
+        assert_eq!(endpoint("reg.io", None, false, Some("http://127.0.0.1:5000")).unwrap().plain_fallback, None);
     }
 
     /// As containerd's `DefaultScheme` (ctr's `--plain-http`): the registry's own server only;

@@ -351,6 +351,9 @@ pub struct Session {
     /// [`endpoint_of`] and [`origin_at`] this session's endpoint and repository.
     endpoint: String,
     origin: String,
+    /// The endpoint to use instead if `base` answers plain http ([`hosts::Endpoint::plain_fallback`]);
+    /// taken by the first request ([`Session::settle_scheme`]).
+    plain_fallback: Option<hosts::Endpoint>,
     cred: Option<Credential>,
     /// Authorization header value that worked last (Basic or Bearer).
     authz: Option<String>,
@@ -371,16 +374,55 @@ pub struct Options<'a> {
     pub server: Option<&'a str>,
     /// Longest wait for a connection or for the next bytes of an answer (default 30 s).
     pub timeout: Option<Duration>,
+    /// Whether the node's containerd asks an http server with TLS settings over https first
+    /// ([`hosts::Endpoint::plain_fallback`]); without, such a server is asked as written.
+    pub https_first: bool,
 }
 
 impl Session {
     pub fn new(r: &Reference, cred: Option<Credential>, opts: &Options) -> Result<Session> {
-        let ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http, opts.server).map_err(|e| RegistryError::Config(e.to_string()))?;
+        let mut ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http, opts.server).map_err(|e| RegistryError::Config(e.to_string()))?;
+        if !opts.https_first {
+            ep.as_written();
+        }
         let bare = http_client(&hosts::Endpoint { client: vec![], ..ep.clone() }, opts.timeout)?;
         let http = if cred.is_some() && !ep.client.is_empty() { http_client(&ep, opts.timeout)? } else { bare.clone() };
         let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
         let (ns_query, endpoint, origin) = (ns_query(&ep), endpoint_of(&ep), origin_at(&ep, &r.repo));
-        Ok(Session { http, bare, base: ep.base, host: r.host.clone(), repo: r.repo.clone(), ns_query, endpoint, origin, cred, authz: None, authenticated: false, total, progress: None })
+        let plain_fallback = ep.plain_fallback.clone().map(|base| hosts::Endpoint { base, ns: ep.ns.clone(), ..Default::default() });
+        Ok(Session {
+            http,
+            bare,
+            base: ep.base,
+            host: r.host.clone(),
+            repo: r.repo.clone(),
+            ns_query,
+            endpoint,
+            origin,
+            plain_fallback,
+            cred,
+            authz: None,
+            authenticated: false,
+            total,
+            progress: None,
+        })
+    }
+
+    /// For an http server with TLS settings (tried over https first, as containerd does): one
+    /// request without credentials to `/v2/` over https; when the port answers plain http
+    /// there, the session goes to the server as written (plain http, and its origin with it);
+    /// any other answer or failure keeps https (a certificate the settings do not trust fails
+    /// the requests that follow, as in containerd). Decided before any credential is sent.
+    async fn settle_scheme(&mut self) {
+        let Some(plain) = self.plain_fallback.take() else { return };
+        let url = format!("{}/v2/", self.base);
+        match self.bare.get(&url).timeout(self.total).send().await {
+            Err(e) if answered_plain_http(&e) => {
+                tracing::debug!(server = %plain.base, "the server answers plain http on its port: asked over http, as containerd falls back");
+                (self.base, self.endpoint, self.origin) = (plain.base.clone(), endpoint_of(&plain), origin_at(&plain, &self.repo));
+            }
+            _ => {}
+        }
     }
 
     /// Blob downloads from now on (and from clones made after) report to `progress`.
@@ -707,6 +749,7 @@ impl Session {
 
     /// Resolves a reference to the image manifest for `platform` (`os/arch[/variant]`).
     pub async fn resolve(&mut self, r: &Reference, platform: &str) -> Result<Resolved> {
+        self.settle_scheme().await;
         let top = self.get_manifest(r.object()).await?;
         if is_index(&top.media_type) {
             let idx = crate::document::index(&top.bytes, &top.media_type).map_err(|e| self.protocol(format!("index {}: {e}", top.digest)))?;
@@ -768,6 +811,7 @@ impl Session {
             ns_query: self.ns_query.clone(),
             endpoint: self.endpoint.clone(),
             origin: self.origin.clone(),
+            plain_fallback: None,
             cred: None,
             authz: None,
             authenticated: false,
@@ -921,6 +965,25 @@ fn echoes(text: &str, secret: &str) -> bool {
         }
         chars.windows(RUN).any(|w| text.contains(&w.iter().collect::<String>()))
     })
+}
+
+/// Whether a request over https failed because the server answered with something that is not
+/// TLS (rustls reads the first bytes of `HTTP/1.1 400` as a record of no known type): what
+/// containerd's fallback to plain http catches (`tls.RecordHeaderError` with `HTTP/`).
+pub fn answered_plain_http(e: &reqwest::Error) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(mut x) = src {
+        // An io::Error's source is its inner error's source: the inner error itself (here an
+        // io::Error around rustls's) is its get_ref.
+        while let Some(inner) = x.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            x = inner;
+        }
+        if matches!(x.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType))) {
+            return true;
+        }
+        src = x.source();
+    }
+    false
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
