@@ -133,12 +133,17 @@ impl Api {
     /// Every origin a grant for `r` may be recorded under: origins name the endpoint that
     /// answered (https by the registry's name, plain http with its scheme, or wherever the
     /// daemon's hosts.toml sends the name, with or without `--plain-http`), and at a proxy the
-    /// registry it answered for, or not (records made before pullgate told proxies).
+    /// registry it answered for, or not (records made before pullgate told proxies); an http
+    /// server with TLS settings under either scheme.
     fn origins_of(&self, r: &Reference) -> Vec<String> {
         let mut out = Vec::new();
         let operator = self.puller.hosts_dir.as_deref();
         for (hosts_dir, plain_http) in [(None, false), (None, true), (operator, false), (operator, true)] {
-            if let Ok(ep) = crate::registry::hosts::endpoint(&r.host, hosts_dir, plain_http, None) {
+            let Ok(ep) = crate::registry::hosts::endpoint(&r.host, hosts_dir, plain_http, None) else { continue };
+            // An http server with TLS settings answers over https or, as written, plain http.
+            let mut https = ep.clone();
+            https.read_as(crate::registry::hosts::HttpWithTls::Always);
+            for ep in [ep, https] {
                 out.push(crate::registry::origin_at(&ep, &r.repo));
                 out.push(crate::registry::origin_at(&crate::registry::hosts::Endpoint { ns: None, ..ep }, &r.repo));
             }

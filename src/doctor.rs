@@ -758,9 +758,8 @@ pub fn check_cri_principals(cfg: &Config) -> Option<Check> {
 /// The hosts directory's entry for every registry without a directory of its own.
 const DEFAULT_DIR: &str = "_default";
 
-/// `https_first`: the running containerd asks an http server with TLS settings over https first
-/// (unknown: as written), as pulls do.
-async fn check_registries(cfg: &Config, https_first: bool) -> Vec<Check> {
+/// `reading`: how the running containerd asks an http server with TLS settings, as pulls ask it.
+async fn check_registries(cfg: &Config, reading: crate::registry::hosts::HttpWithTls) -> Vec<Check> {
     let Some(dir) = cfg.registry.hosts_dir.as_deref() else {
         return vec![warning("registry", "no [registry] hosts_dir in pullgate's config: no registry to try", "set [registry] hosts_dir, or drop --registries")];
     };
@@ -790,9 +789,7 @@ async fn check_registries(cfg: &Config, https_first: bool) -> Vec<Check> {
                 continue;
             }
         };
-        if !https_first {
-            ep.as_written();
-        }
+        ep.read_as(reading);
         let client = match crate::registry::http_client(&ep, Some(CALL_TIMEOUT)) {
             Ok(c) => c,
             Err(e) => {
@@ -809,7 +806,7 @@ async fn check_registries(cfg: &Config, https_first: bool) -> Vec<Check> {
         let mut answer = tokio::time::timeout(CALL_TIMEOUT * 2, client.get(&url).send()).await;
         // An http server with TLS settings is asked over https first, as pulls ask it.
         if let (Ok(Err(e)), Some(plain)) = (&answer, &ep.plain_fallback) {
-            if crate::registry::answered_plain_http(e) {
+            if crate::registry::falls_back(e, ep.refused_falls_back) {
                 url = format!("{plain}/v2/");
                 answer = tokio::time::timeout(CALL_TIMEOUT * 2, client.get(&url).send()).await;
             }
@@ -905,8 +902,8 @@ pub async fn run(opts: &Options) -> Vec<Check> {
     out.extend(check_permissions(&pg));
     out.extend(check_cri_principals(&pg));
     if opts.registries {
-        let https_first = daemon.as_ref().is_some_and(|d| crate::pull::containerd::https_first(&d.version));
-        out.extend(check_registries(&pg, https_first).await);
+        let reading = crate::pull::containerd::http_with_tls(daemon.as_ref().map(|d| d.version.as_str()).unwrap_or_default());
+        out.extend(check_registries(&pg, reading).await);
     }
     out
 }

@@ -12,7 +12,7 @@
 #      credentials does not present the node's certificate, and nothing is recorded;
 #   5. `pullgate doctor --registries` names the registry of a `host_port_` directory;
 #   6. an http server with TLS settings, asked as the running containerd asks it (over https
-#      first since 1.6.32/1.7.16, plain http when the port answers it): a TLS registry, a plain one.
+#      first since 1.6.25/1.7.7, plain http when the port answers it): a TLS registry, a plain one.
 # Real containerd of the given version configured from plugin/, a real registry with TLS,
 # clientcas and htpasswd, certificates made here with openssl; driven by ctr and pullgate's CLI.
 # Usage: tests/e2e_tls.sh VERSION
@@ -164,33 +164,34 @@ if grep -qE "ok +registry +registry $REG answers at https://$REG/v2/ \(HTTP 401\
 $OUT"; fi
 
 log "6. an http server with TLS settings: read as the running containerd reads it"
-# containerd 1.6.32, 1.7.16 and 2.x ask `server = "http://HOST:PORT"` (a port other than 80)
+# containerd 1.6.25, 1.7.7 and 2.x ask `server = "http://HOST:PORT"` (a port other than 80)
 # that has TLS settings over https first, and fall back to plain http only when the port
 # answers plain http; earlier ones (Debian's 1.6.20) ask it as written. pullgate asks it as the
 # running containerd does: with https first, ctr and pullgate reach the TLS registry, and
 # pullgate names the origin that answered; as written, both are refused by its TLS port.
 CV=$(ctr_ version 2>/dev/null | awk '/^Server:/ {s=1} s && $1=="Version:" {print $2; exit}')
-FIRST=$(python3 -c 'import re,sys; v=tuple(int(x) for x in re.findall(r"\d+", sys.argv[1])[:3]); print(int(v >= (2,) or v[:2] == (1,7) and v[2] >= 16 or v[:2] == (1,6) and v[2] >= 32))' "$CV")
+FIRST=$(python3 -c 'import re,sys; v=tuple(int(x) for x in re.findall(r"\d+", sys.argv[1])[:3]); print(int(v >= (2,) or v[:2] == (1,7) and v[2] >= 7 or v[:2] == (1,6) and v[2] >= 25))' "$CV")
 hosts_toml "$PORTDIR" '[["client.pem", "client.key"]]'
 cp "$T/client.pem" "$T/client.key" "$PORTDIR/"
 sed -i "s#https://$REG#http://$REG#g" "$PORTDIR/hosts.toml"
 check "(the hosts.toml names http://$REG, with a ca and a client certificate)" grep -qxF "server = \"http://$REG\"" "$PORTDIR/hosts.toml"
-# reached WHAT NS IMAGE ORIGIN: ctr (content fetch) and pullgate (pull, then a run through the
-# gate) reach the registry through the hosts directory, pullgate's grant names ORIGIN (the
-# scheme that answered), and doctor --registries finds it answering there.
+# reached WHAT NS IMAGE ORIGIN URL: ctr (content fetch) and pullgate (pull, then a run through
+# the gate) reach the registry through the hosts directory, pullgate's grant names ORIGIN (the
+# scheme that answered), `pullgate inspect` finds it by the reference, and doctor --registries
+# finds the registry answering at URL.
 reached() {
-  local what=$1 ns=$2 img=$3 origin=$4 reg=${3%%/*}
+  local what=$1 ns=$2 img=$3 origin=$4 url=$5 reg=${3%%/*}
   check "ctr content fetch reaches $what (-n ${ns}c)" ctr_ -n "${ns}c" content fetch --hosts-dir "$HOSTS" --user "alice:$PW" "$img"
   check "pullgate pull reaches $what (-n $ns)" pg pull -n "$ns" --user "alice:$PW" "$img"
-  check "$ns's grant names the origin $origin" bash -c "\"\$@\" | awk 'NR == 2 {print \$3}' | grep -qxF '$origin/private/app'" _ "$PG_BIN" grants --address "$PG/api.sock" -n "$ns"
+  check "$ns's grant names the origin $origin" bash -c "\"\$@\" | awk 'NR == 2 {print \$3}' | grep -qxF '$origin'" _ "$PG_BIN" grants --address "$PG/api.sock" -n "$ns"
   check_out "the image runs in $ns" "hello over mutual TLS" ctr_ -n "$ns" run --rm --snapshotter pullgate "$img" "tls-run-$ns"
+  check "pullgate inspect finds the image by its reference (names are looked up under the origin that answered)" pg inspect "$img"
   local out; out=$("$PG_BIN" doctor --config "$PG/config.toml" --containerd-config "$WORK/containerd/config.toml" --registries 2>&1)
-  local url=${origin%$reg}; url=${url:-https://}$reg/v2/
   if grep -qE "ok +registry +registry $reg answers at $url \(HTTP 401\)" <<<"$out"; then pass "doctor: $what answers at $url"; else fail "doctor --registries: want $reg answering at $url in:
 $out"; fi
 }
 if [ "$FIRST" = 1 ]; then
-  reached "the TLS registry (containerd $CV: https first, answered)" t8 "$IMG" "$REG"
+  reached "the TLS registry (containerd $CV: https first, answered)" t8 "$IMG" "$REG/private/app" "https://$REG/v2/"
 else
   check_err "containerd $CV asks it as written: ctr content fetch is refused by the TLS port (-n t8c)" "400" \
     ctr_ -n t8c content fetch --hosts-dir "$HOSTS" --user "alice:$PW" "$IMG"
@@ -198,10 +199,15 @@ else
   check_no_grants "no grant in t8" t8
 fi
 start_registry plain htpasswd alice "$PW" || { fail "start a plain http registry"; summary; exit 1; }
-PIMG=$REG_plain/private/app:v1
-push_image "$WORK/img" v1 "$PIMG" "alice:$PW" || fail "push to the plain http registry"
-rm -rf "$HOSTS"/*; D=$HOSTS/127.0.0.1_${REG_plain#*:}_; mkdir -p "$D"
-printf 'server = "http://%s"\nskip_verify = true\n' "$REG_plain" > "$D/hosts.toml"
-reached "the plain http registry (skip_verify set: plain http, after https when asked first)" t9 "$PIMG" "http://$REG_plain"
+push_image "$WORK/img" v1 "$REG_plain/private/app:v1" "alice:$PW" || fail "push to the plain http registry"
+# Reached under another name (the server is then a mirror, told with ?ns=): its origin names
+# the server that answered and the registry it answered for.
+PIMG=plain.example:5000/private/app:v1
+rm -rf "$HOSTS"/*; D=$HOSTS/plain.example_5000_; mkdir -p "$D"
+# (The TLS setting under the server's own [host] table: containerd before 1.7.32 ignores a
+# hosts.toml without one; to it the table is a mirror tried first, to pullgate the server.)
+printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n  skip_verify = true\n' "$REG_plain" "$REG_plain" > "$D/hosts.toml"
+reached "the plain http registry (skip_verify set: plain http, after https when asked first)" t9 "$PIMG" \
+  "http://$REG_plain/private/app?ns=plain.example%3A5000" "http://$REG_plain/v2/"
 
 summary "TLS registries (containerd $V)"

@@ -100,7 +100,7 @@ fn session(port: u16, repo_ref: &str, cred: Option<&str>) -> Session {
 
 fn session_with(port: u16, repo_ref: &str, cred: Option<Credential>) -> Session {
     let r = Reference::parse(&format!("127.0.0.1:{port}/{repo_ref}")).unwrap();
-    let opts = Options { plain_http: true, hosts_dir: None, server: None, timeout: Some(Duration::from_secs(1)), https_first: true };
+    let opts = Options { plain_http: true, hosts_dir: None, server: None, timeout: Some(Duration::from_secs(1)), http_with_tls: Default::default() };
     Session::new(&r, cred, &opts).unwrap()
 }
 
@@ -425,7 +425,7 @@ fn a_mirror_is_told_which_registry_it_serves_as_containerd_tells_it() {
     let fetch = |reference: &str| {
         let r = Reference::parse(reference).unwrap();
         let server = format!("http://127.0.0.1:{port}");
-        let opts = Options { plain_http: false, hosts_dir: None, server: Some(&server), timeout: Some(Duration::from_secs(5)), https_first: true };
+        let opts = Options { plain_http: false, hosts_dir: None, server: Some(&server), timeout: Some(Duration::from_secs(5)), http_with_tls: Default::default() };
         let mut s = Session::new(&r, None, &opts).unwrap();
         rt().block_on(async {
             s.get_manifest("v1").await?;
@@ -459,7 +459,7 @@ fn two_registries_behind_one_proxy_are_two_origins() {
     let server = format!("http://127.0.0.1:{port}");
     let get = |reference: &str| {
         let r = Reference::parse(reference).unwrap();
-        let opts = Options { plain_http: false, hosts_dir: None, server: Some(&server), timeout: Some(Duration::from_secs(5)), https_first: true };
+        let opts = Options { plain_http: false, hosts_dir: None, server: Some(&server), timeout: Some(Duration::from_secs(5)), http_with_tls: Default::default() };
         let mut s = Session::new(&r, None, &opts).unwrap();
         let m = rt().block_on(s.get_manifest("v1")).unwrap();
         (s.origin(), s.endpoint().to_string(), m.digest)
@@ -498,7 +498,7 @@ fn a_challenge_remembered_through_a_proxy_stays_with_its_registry() {
     let server = format!("http://127.0.0.1:{port}");
     let get = |reference: &str, cred: &str| {
         let r = Reference::parse(reference).unwrap();
-        let opts = Options { plain_http: false, hosts_dir: None, server: Some(&server), timeout: Some(Duration::from_secs(5)), https_first: true };
+        let opts = Options { plain_http: false, hosts_dir: None, server: Some(&server), timeout: Some(Duration::from_secs(5)), http_with_tls: Default::default() };
         let mut s = Session::new(&r, Some(Credential::parse(cred).unwrap()), &opts).unwrap();
         rt().block_on(s.get_manifest("v1")).map(|_| ())
     };

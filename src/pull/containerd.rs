@@ -55,8 +55,8 @@ pub struct NodeFacts {
     pub shared: Option<bool>,
     /// containerd 1.7 or later (reads `containerd.io/namespace.shareable`).
     pub honours_shareable: bool,
-    /// containerd asks an http server with TLS settings over https first ([`https_first`]).
-    pub https_first: bool,
+    /// How containerd asks an http server with TLS settings ([`http_with_tls`]).
+    pub http_with_tls: crate::registry::hosts::HttpWithTls,
 }
 /// Bytes per read of a blob's file: the size of containerd's own Read messages.
 const READ_CHUNK: usize = 1 << 20;
@@ -123,12 +123,19 @@ pub fn honours_shareable(version: &str) -> bool {
     version_parts(version) >= (1, 7, 0)
 }
 
-/// Whether a containerd of this version asks an `http://` server with a port and TLS settings
-/// over https first, falling back to plain http (`hosts::Endpoint::plain_fallback`): 1.6.32,
-/// 1.7.16 and 2.0 on.
-pub fn https_first(version: &str) -> bool {
-    let v = version_parts(version);
-    v >= (2, 0, 0) || (v.0, v.1) == (1, 7) && v.2 >= 16 || (v.0, v.1) == (1, 6) && v.2 >= 32
+/// How a containerd of this version asks an `http://` server with TLS settings: as written
+/// before 1.6.25 and 1.7.7, over https first from then on (`hosts::HttpWithTls`); a version
+/// that cannot be read is taken as the newest reading.
+pub fn http_with_tls(version: &str) -> crate::registry::hosts::HttpWithTls {
+    use crate::registry::hosts::HttpWithTls::*;
+    match version_parts(version) {
+        (0, 0, 0) => UnlessPort80,
+        (1, 6, p) if p >= 25 => PortNot80,
+        (1, 7, 7) => Always,
+        (1, 7, p) if p >= 8 => PortNot80,
+        (0 | 1, _, _) => AsWritten,
+        _ => UnlessPort80,
+    }
 }
 
 #[derive(Clone)]
@@ -186,7 +193,7 @@ impl Containerd {
             .map_err(err("containerd version"))?
             .into_inner()
             .version;
-        Ok(NodeFacts { blobs, shared, honours_shareable: honours_shareable(&version), https_first: https_first(&version) })
+        Ok(NodeFacts { blobs, shared, honours_shareable: honours_shareable(&version), http_with_tls: http_with_tls(&version) })
     }
 
     /// Makes this namespace one whose blobs containerd 1.7+ lets every namespace read
@@ -885,9 +892,23 @@ mod tests {
     }
 
     #[test]
-    fn https_first_from_1_6_32_and_1_7_16() {
-        for (v, yes) in [("1.6.20~ds1", false), ("v1.6.31", false), ("1.6.32", true), ("1.7.15", false), ("1.7.16", true), ("1.7.24~ds1", true), ("v2.0.0", true), ("2.1.9+unknown", true), ("", false)] {
-            assert_eq!(https_first(v), yes, "{v}");
+    fn https_first_as_each_version_reads_it() {
+        use crate::registry::hosts::HttpWithTls::*;
+        for (v, r) in [
+            ("1.6.20~ds1", AsWritten),
+            ("v1.6.24", AsWritten),
+            ("1.6.25", PortNot80),
+            ("1.6.36", PortNot80),
+            ("1.7.6", AsWritten),
+            ("1.7.7", Always),
+            ("1.7.8", PortNot80),
+            ("1.7.24~ds1", PortNot80),
+            ("v2.0.0", UnlessPort80),
+            ("2.1.9+unknown", UnlessPort80),
+            ("", UnlessPort80),
+            ("garbage", UnlessPort80),
+        ] {
+            assert_eq!(http_with_tls(v), r, "{v}");
         }
     }
 

@@ -200,7 +200,7 @@ impl Puller {
         let cd = Containerd::on(self.channel.clone(), &req.namespace);
         let node = self.node_facts(&cd).await;
         let mut cd = cd.with_blobs(node.blobs.clone());
-        let opts = Options { plain_http: req.plain_http, hosts_dir: self.hosts_dir.as_deref(), server: req.server.as_deref(), timeout: self.timeout, https_first: node.https_first };
+        let opts = Options { plain_http: req.plain_http, hosts_dir: self.hosts_dir.as_deref(), server: req.server.as_deref(), timeout: self.timeout, http_with_tls: node.http_with_tls };
         let mut sess = Session::new(&req.reference, req.cred.clone(), &opts)?;
         sess.report_to(req.progress.clone());
         let resolved = sess.resolve(&req.reference, &req.platform).await?;
@@ -227,7 +227,7 @@ impl Puller {
                     Some(b) => tracing::info!(path = %b.display(), "copies and hashes read blobs from their files in containerd's content store (through containerd when a file cannot be opened)"),
                     None => tracing::info!("containerd names no local content store: copies and hashes read blobs through containerd"),
                 }
-                tracing::info!(shared = ?facts.shared, honours_shareable = facts.honours_shareable, https_first = facts.https_first, "containerd's content sharing policy, and its reading of http servers with TLS settings");
+                tracing::info!(shared = ?facts.shared, honours_shareable = facts.honours_shareable, http_with_tls = ?facts.http_with_tls, "containerd's content sharing policy, and its reading of http servers with TLS settings");
                 Ok::<_, ContainerdError>(facts)
             })
             .await

@@ -31,19 +31,68 @@ pub struct Endpoint {
     /// ([`is_proxy`]): containerd's `?ns=` on every manifest and blob request, and part of the
     /// origin (a proxy serves each registry its own content).
     pub ns: Option<String>,
-    /// The server as the operator's hosts.toml wrote it, `http://host:port`, when `base` is its
-    /// https form: an http server with a port other than 80 and TLS settings of its own, which
-    /// containerd (1.6.x and later) asks over https first, falling back to plain http when the
-    /// port answers plain http (`https_first`).
+    /// An `http://` server of the operator's hosts.toml with TLS settings of its own: its port
+    /// as written (as Go's `net.SplitHostPort` reads it; empty without one). Whether it is asked
+    /// over https first depends on the containerd version ([`Endpoint::read_as`]).
+    pub tls_on_http: Option<String>,
+    /// Set by [`Endpoint::read_as`] when `base` is the https form of such a server: the server
+    /// as written (plain http), used when the https port answers plain http.
     pub plain_fallback: Option<String>,
+    /// With `plain_fallback`: a refused or timed-out connection falls back too (containerd 2.x,
+    /// a server written without a port: https on 443, then http on 80).
+    pub refused_falls_back: bool,
+}
+
+/// How a containerd version asks an `http://` server with TLS settings (its `explicitTLS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HttpWithTls {
+    /// As written, plain http (1.6 before 1.6.25, 1.7 before 1.7.7).
+    AsWritten,
+    /// Over https first when the server names a port other than 80 (1.6.25 on, 1.7.8 on).
+    PortNot80,
+    /// Over https first unless the port is 80; without a port https on 443, then plain http on
+    /// 80 also when 443 refuses the connection (2.x; also the reading when the version is not
+    /// known: the probe carries no credential).
+    #[default]
+    UnlessPort80,
+    /// Over https first whatever the port (1.7.7).
+    Always,
 }
 
 impl Endpoint {
-    /// The server as written, for a containerd that does not ask over https first.
-    pub fn as_written(&mut self) {
-        if let Some(plain) = self.plain_fallback.take() {
-            self.base = plain;
-        }
+    /// The endpoint as a containerd reading `r` asks it: an http server with TLS settings
+    /// becomes its https form with the server as written as `plain_fallback`, or stays as
+    /// written. Nothing changes for any other endpoint.
+    pub fn read_as(&mut self, r: HttpWithTls) {
+        let Some(port) = self.tls_on_http.take() else { return };
+        let first = match r {
+            HttpWithTls::AsWritten => false,
+            HttpWithTls::PortNot80 => !port.is_empty() && port != "80",
+            HttpWithTls::UnlessPort80 => port != "80",
+            HttpWithTls::Always => true,
+        };
+        let Ok(u) = url::Url::parse(&self.base) else { return };
+        let Some(host) = u.host_str().filter(|_| first) else { return };
+        // (As the other bases: no port for https's own; a port written 0080 is 80.)
+        let https = match (port.is_empty(), u.port_or_known_default()) {
+            (true, _) | (false, Some(443)) => format!("https://{host}"),
+            (false, Some(p)) => format!("https://{host}:{p}"),
+            (false, None) => return,
+        };
+        self.refused_falls_back = port.is_empty() && r == HttpWithTls::UnlessPort80;
+        self.plain_fallback = Some(std::mem::replace(&mut self.base, https));
+    }
+}
+
+/// The port of `host[:port]` as Go's `net.SplitHostPort` gives it (as written; empty when it
+/// names none or cannot be split, as containerd takes a failed split).
+fn written_port(authority: &str) -> &str {
+    match authority.strip_prefix('[') {
+        Some(rest) => rest.split_once(']').and_then(|(_, after)| after.strip_prefix(':')).filter(|p| !p.contains(':')).unwrap_or(""),
+        None => match authority.split_once(':') {
+            Some((_, p)) if !p.contains(':') => p,
+            _ => "",
+        },
     }
 }
 
@@ -115,7 +164,7 @@ impl HostsFile {
     }
 
     fn has_tls_settings(&self) -> bool {
-        self.skip_verify == Some(true) || self.ca.is_some() || self.client.is_some() || self.host.values().any(|h| h.skip_verify == Some(true) || h.ca.is_some() || h.client.is_some())
+        self.skip_verify.is_some() || self.ca.is_some() || self.client.is_some() || self.host.values().any(|h| h.skip_verify.is_some() || h.ca.is_some() || h.client.is_some())
     }
 }
 
@@ -399,35 +448,24 @@ pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<En
             (server, Endpoint { base, ..Endpoint::default() })
         }
     };
-    let mut tls_set = f.skip_verify.is_some() || f.ca.is_some() || f.client.is_some();
+    // containerd's explicitTLS: skip_verify set at all, a ca (even an empty list), a client pair.
+    let mut tls_set = f.skip_verify.is_some() || f.ca.is_some();
     ep.skip_verify = f.skip_verify.unwrap_or(false);
     ep.ca = f.ca.map(|c| c.paths(base)).unwrap_or_default();
     ep.client = f.client.map(|c| client_pairs(c, base)).transpose()?.unwrap_or_default();
     // TLS settings given under the server's own [host."..."] entry apply to it too.
     for (name, h) in f.host {
         if with_scheme(&name).trim_end_matches('/') == server.trim_end_matches('/') {
-            tls_set |= h.skip_verify.is_some() || h.ca.is_some() || h.client.is_some();
+            tls_set |= h.skip_verify.is_some() || h.ca.is_some();
             ep.skip_verify |= h.skip_verify.unwrap_or(false);
             ep.ca.extend(h.ca.map(|c| c.paths(base)).unwrap_or_default());
             ep.client.extend(h.client.map(|c| client_pairs(c, base)).transpose()?.unwrap_or_default());
         }
     }
-    if tls_set {
-        https_first(&mut ep);
+    if let Some(authority) = server.strip_prefix("http://").filter(|_| tls_set || !ep.client.is_empty()) {
+        ep.tls_on_http = Some(written_port(authority.split('/').next().unwrap_or_default()).to_string());
     }
     Ok(ep)
-}
-
-/// An http server with a port other than 80 (the url crate drops 80, http's own) and TLS
-/// settings: containerd tries it over https first, and over plain http only when that port
-/// answers plain http ([`Endpoint::plain_fallback`]). Without a port it is asked as written:
-/// containerd 1.6 and 1.7 do so (2.x would try https on 443 first, then http on 80).
-fn https_first(ep: &mut Endpoint) {
-    let Ok(u) = url::Url::parse(&ep.base) else { return };
-    let (Some(host), Some(port), "http") = (u.host_str(), u.port(), u.scheme()) else { return };
-    // (As the other bases: no port for https's own.)
-    let https = if port == 443 { format!("https://{host}") } else { format!("https://{host}:{port}") };
-    ep.plain_fallback = Some(std::mem::replace(&mut ep.base, https));
 }
 
 #[cfg(test)]
@@ -497,33 +535,50 @@ mod tests {
         assert_eq!(endpoint("reg.io", None, false, Some("http://10.0.0.1:5000")).unwrap(), Endpoint { base: "http://10.0.0.1:5000".into(), ns: Some("reg.io".into()), ..Default::default() });
     }
 
-    /// containerd asks an http server with TLS settings and a port other than 80 over https
-    /// first (falling back to plain http when the port answers it): any TLS setting, even
-    /// `skip_verify = false`, at the top or under the server's own entry; never a request's.
+    /// An http server with TLS settings (any: even `skip_verify = false`, an empty ca list, at
+    /// the top or under the server's own entry; never a request's) is asked as each containerd
+    /// reads it: its port as written decides.
     #[test]
-    fn an_http_server_with_tls_settings_is_asked_over_https_first() {
+    fn an_http_server_with_tls_settings_is_asked_as_containerd_asks_it() {
+        use HttpWithTls::*;
         let root = Path::new("/etc/containerd/certs.d/reg.io");
-        let at = |text: &str| {
-            let e = parse(text, "reg.io", false, root).unwrap();
-            (e.base, e.plain_fallback)
+        let at = |text: &str, r: HttpWithTls| {
+            let mut e = parse(text, "reg.io", false, root).unwrap();
+            e.read_as(r);
+            (e.base, e.plain_fallback, e.refused_falls_back)
         };
-        let first = |port: &str| (format!("https://127.0.0.1:{port}"), Some(format!("http://127.0.0.1:{port}")));
-        assert_eq!(at("server = \"http://127.0.0.1:5000\"\nca = \"ca.pem\"\n"), first("5000"));
-        assert_eq!(at("server = \"http://127.0.0.1:5000\"\nskip_verify = false\n"), first("5000"));
-        assert_eq!(at("server = \"http://127.0.0.1:5000\"\n[host.\"http://127.0.0.1:5000\"]\nclient = \"c.pem\"\n"), first("5000"));
-        assert_eq!(at("server = \"http://127.0.0.1:443\"\nskip_verify = true\n"), ("https://127.0.0.1".into(), Some("http://127.0.0.1:443".into())));
-        for as_written in [
-            "server = \"http://127.0.0.1:5000\"\n",
-            "server = \"http://127.0.0.1:5000\"\n[host.\"http://mirror:5000\"]\nca = \"ca.pem\"\n",
-            "server = \"http://127.0.0.1:80\"\nca = \"ca.pem\"\n",
-            "server = \"http://127.0.0.1\"\nca = \"ca.pem\"\n",
-            "server = \"https://127.0.0.1:5000\"\nca = \"ca.pem\"\n",
-        ] {
-            let (base, fallback) = at(as_written);
-            assert_eq!(fallback, None, "{as_written}");
-            assert!(!base.is_empty());
+        let first = |https: &str, plain: &str, refused: bool| (https.to_string(), Some(plain.to_string()), refused);
+        let written = |plain: &str| (plain.to_string(), None, false);
+        let h5000 = "server = \"http://127.0.0.1:5000\"\n";
+        for tls in ["ca = \"ca.pem\"\n", "ca = []\n", "skip_verify = false\n", "[host.\"http://127.0.0.1:5000\"]\nclient = \"c.pem\"\n"] {
+            let text = format!("{h5000}{tls}");
+            assert_eq!(at(&text, AsWritten), written("http://127.0.0.1:5000"), "{text}");
+            for r in [PortNot80, UnlessPort80, Always] {
+                assert_eq!(at(&text, r), first("https://127.0.0.1:5000", "http://127.0.0.1:5000", false), "{text} {r:?}");
+            }
         }
-        assert_eq!(endpoint("reg.io", None, false, Some("http://127.0.0.1:5000")).unwrap().plain_fallback, None);
+        for not_tls in ["", "client = []\n", "[host.\"http://mirror:5000\"]\nca = \"ca.pem\"\n"] {
+            assert_eq!(at(&format!("{h5000}{not_tls}"), Always), written("http://127.0.0.1:5000"), "{not_tls}");
+        }
+        // No port: 2.x tries https on 443, and falls back on a refused connection too.
+        let none = "server = \"http://127.0.0.1\"\nca = \"ca.pem\"\n";
+        assert_eq!(at(none, PortNot80), written("http://127.0.0.1"));
+        assert_eq!(at(none, UnlessPort80), first("https://127.0.0.1", "http://127.0.0.1", true));
+        assert_eq!(at(none, Always), first("https://127.0.0.1", "http://127.0.0.1", false));
+        // Port 80 as Go reads it ("80"); 0080 is another string to Go, port 80 on the wire.
+        let p80 = "server = \"http://127.0.0.1:80\"\nca = \"ca.pem\"\n";
+        assert_eq!(at(p80, UnlessPort80), written("http://127.0.0.1"));
+        assert_eq!(at(p80, Always), first("https://127.0.0.1:80", "http://127.0.0.1", false));
+        assert_eq!(at("server = \"http://127.0.0.1:0080\"\nca = \"ca.pem\"\n", PortNot80), first("https://127.0.0.1:80", "http://127.0.0.1", false));
+        assert_eq!(at("server = \"http://127.0.0.1:443\"\nca = \"ca.pem\"\n", PortNot80), first("https://127.0.0.1", "http://127.0.0.1:443", false));
+        assert_eq!(at("server = \"http://[::1]:5000\"\nca = \"ca.pem\"\n", PortNot80), first("https://[::1]:5000", "http://[::1]:5000", false));
+        assert_eq!(at("server = \"https://127.0.0.1:5000\"\nca = \"ca.pem\"\n", Always), written("https://127.0.0.1:5000"));
+        for (authority, port) in [("h", ""), ("h:5000", "5000"), ("h:", ""), ("[::1]:80", "80"), ("[::1]", ""), ("::1", "")] {
+            assert_eq!(written_port(authority), port, "{authority}");
+        }
+        let mut req = endpoint("reg.io", None, false, Some("http://127.0.0.1:5000")).unwrap();
+        req.read_as(Always);
+        assert_eq!((req.base.as_str(), req.plain_fallback), ("http://127.0.0.1:5000", None), "a request's server");
     }
 
     /// As containerd's `DefaultScheme` (ctr's `--plain-http`): the registry's own server only;
@@ -553,7 +608,7 @@ mod tests {
     fn a_request_names_a_server_and_nothing_else() {
         assert_eq!(request_server("server = \"http://127.0.0.1:5001\"\n[host.\"http://127.0.0.1:5001\"]\ncapabilities = [\"pull\"]\n", "r").unwrap(), Some("http://127.0.0.1:5001".into()));
         assert_eq!(request_server("", "r").unwrap(), None);
-        for tls in ["skip_verify = true", "ca = \"/etc/ca.pem\"", "[host.\"https://m\"]\nskip_verify = true", "[host.\"https://m\"]\nclient = [\"/c.pem\", \"/k.pem\"]", "client = \"/c.pem\""] {
+        for tls in ["skip_verify = true", "skip_verify = false", "ca = \"/etc/ca.pem\"", "[host.\"https://m\"]\nskip_verify = true", "[host.\"https://m\"]\nclient = [\"/c.pem\", \"/k.pem\"]", "client = \"/c.pem\""] {
             let e = request_server(tls, "r").unwrap_err();
             assert!(e.contains("TLS settings"), "{tls}: {e}");
         }

@@ -351,9 +351,10 @@ pub struct Session {
     /// [`endpoint_of`] and [`origin_at`] this session's endpoint and repository.
     endpoint: String,
     origin: String,
-    /// The endpoint to use instead if `base` answers plain http ([`hosts::Endpoint::plain_fallback`]);
-    /// taken by the first request ([`Session::settle_scheme`]).
-    plain_fallback: Option<hosts::Endpoint>,
+    /// The endpoint to use instead if `base` answers plain http ([`hosts::Endpoint::plain_fallback`]),
+    /// and whether a refused connection falls back too; taken by the first request
+    /// ([`Session::settle_scheme`]).
+    plain_fallback: Option<(hosts::Endpoint, bool)>,
     cred: Option<Credential>,
     /// Authorization header value that worked last (Basic or Bearer).
     authz: Option<String>,
@@ -374,22 +375,19 @@ pub struct Options<'a> {
     pub server: Option<&'a str>,
     /// Longest wait for a connection or for the next bytes of an answer (default 30 s).
     pub timeout: Option<Duration>,
-    /// Whether the node's containerd asks an http server with TLS settings over https first
-    /// ([`hosts::Endpoint::plain_fallback`]); without, such a server is asked as written.
-    pub https_first: bool,
+    /// How the node's containerd asks an http server with TLS settings ([`hosts::Endpoint::read_as`]).
+    pub http_with_tls: hosts::HttpWithTls,
 }
 
 impl Session {
     pub fn new(r: &Reference, cred: Option<Credential>, opts: &Options) -> Result<Session> {
         let mut ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http, opts.server).map_err(|e| RegistryError::Config(e.to_string()))?;
-        if !opts.https_first {
-            ep.as_written();
-        }
+        ep.read_as(opts.http_with_tls);
         let bare = http_client(&hosts::Endpoint { client: vec![], ..ep.clone() }, opts.timeout)?;
         let http = if cred.is_some() && !ep.client.is_empty() { http_client(&ep, opts.timeout)? } else { bare.clone() };
         let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
         let (ns_query, endpoint, origin) = (ns_query(&ep), endpoint_of(&ep), origin_at(&ep, &r.repo));
-        let plain_fallback = ep.plain_fallback.clone().map(|base| hosts::Endpoint { base, ns: ep.ns.clone(), ..Default::default() });
+        let plain_fallback = ep.plain_fallback.clone().map(|base| (hosts::Endpoint { base, ns: ep.ns.clone(), ..Default::default() }, ep.refused_falls_back));
         Ok(Session {
             http,
             bare,
@@ -414,10 +412,10 @@ impl Session {
     /// any other answer or failure keeps https (a certificate the settings do not trust fails
     /// the requests that follow, as in containerd). Decided before any credential is sent.
     async fn settle_scheme(&mut self) {
-        let Some(plain) = self.plain_fallback.take() else { return };
+        let Some((plain, refused_too)) = self.plain_fallback.take() else { return };
         let url = format!("{}/v2/", self.base);
         match self.bare.get(&url).timeout(self.total).send().await {
-            Err(e) if answered_plain_http(&e) => {
+            Err(e) if falls_back(&e, refused_too) => {
                 tracing::debug!(server = %plain.base, "the server answers plain http on its port: asked over http, as containerd falls back");
                 (self.base, self.endpoint, self.origin) = (plain.base.clone(), endpoint_of(&plain), origin_at(&plain, &self.repo));
             }
@@ -967,16 +965,32 @@ fn echoes(text: &str, secret: &str) -> bool {
     })
 }
 
-/// Whether a request over https failed because the server answered with something that is not
-/// TLS (rustls reads the first bytes of `HTTP/1.1 400` as a record of no known type): what
-/// containerd's fallback to plain http catches (`tls.RecordHeaderError` with `HTTP/`).
-pub fn answered_plain_http(e: &reqwest::Error) -> bool {
+/// Whether a request over https to an http server with TLS settings goes to the server as
+/// written instead, as containerd's fallback decides: the server answered with something that
+/// is not TLS (rustls reads the first bytes of `HTTP/1.1 400` as a record of no known type;
+/// containerd takes a `tls.RecordHeaderError` reading `HTTP/`, so any other non-TLS answer
+/// falls back here where it fails there: the server is the operator's), or, with
+/// `refused_too` (2.x, no port written), the connection was refused or timed out.
+pub fn falls_back(e: &reqwest::Error, refused_too: bool) -> bool {
+    if refused_too && e.is_timeout() {
+        return true;
+    }
     let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(mut x) = src {
         // An io::Error's source is its inner error's source: the inner error itself (here an
         // io::Error around rustls's) is its get_ref.
-        while let Some(inner) = x.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
-            x = inner;
+        loop {
+            if let Some(io) = x.downcast_ref::<std::io::Error>() {
+                use std::io::ErrorKind::*;
+                if refused_too && matches!(io.kind(), ConnectionRefused | TimedOut | HostUnreachable | NetworkUnreachable) {
+                    return true;
+                }
+                if let Some(inner) = io.get_ref() {
+                    x = inner;
+                    continue;
+                }
+            }
+            break;
         }
         if matches!(x.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType))) {
             return true;
