@@ -124,14 +124,15 @@ pub fn honours_shareable(version: &str) -> bool {
 }
 
 /// How a containerd of this version asks an `http://` server with TLS settings: as written
-/// before 1.6.25 and 1.7.7, over https first from then on (`hosts::HttpWithTls`); a version
-/// that cannot be read is taken as the newest reading.
+/// before 1.6.25 and 1.7.7, over https first from then on (`hosts::HttpWithTls`; 1.7.24 took
+/// 2.x's reading); a version that cannot be read is taken as the newest reading.
 pub fn http_with_tls(version: &str) -> crate::registry::hosts::HttpWithTls {
     use crate::registry::hosts::HttpWithTls::*;
     match version_parts(version) {
         (0, 0, 0) => UnlessPort80,
         (1, 6, p) if p >= 25 => PortNot80,
         (1, 7, 7) => Always,
+        (1, 7, p) if p >= 24 => UnlessPort80,
         (1, 7, p) if p >= 8 => PortNot80,
         (0 | 1, _, _) => AsWritten,
         _ => UnlessPort80,
@@ -902,7 +903,8 @@ mod tests {
             ("1.7.6", AsWritten),
             ("1.7.7", Always),
             ("1.7.8", PortNot80),
-            ("1.7.24~ds1", PortNot80),
+            ("1.7.23", PortNot80),
+            ("1.7.24~ds1", UnlessPort80),
             ("v2.0.0", UnlessPort80),
             ("2.1.9+unknown", UnlessPort80),
             ("", UnlessPort80),

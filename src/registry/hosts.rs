@@ -48,11 +48,11 @@ pub struct Endpoint {
 pub enum HttpWithTls {
     /// As written, plain http (1.6 before 1.6.25, 1.7 before 1.7.7).
     AsWritten,
-    /// Over https first when the server names a port other than 80 (1.6.25 on, 1.7.8 on).
+    /// Over https first when the server names a port other than 80 (1.6.25 on, 1.7.8 to 1.7.23).
     PortNot80,
     /// Over https first unless the port is 80; without a port https on 443, then plain http on
-    /// 80 also when 443 refuses the connection (2.x; also the reading when the version is not
-    /// known: the probe carries no credential).
+    /// 80 also when 443 refuses the connection (1.7.24 on, 2.x; also the reading when the version
+    /// is not known: the probe carries no credential).
     #[default]
     UnlessPort80,
     /// Over https first whatever the port (1.7.7).

@@ -970,9 +970,10 @@ fn echoes(text: &str, secret: &str) -> bool {
 /// is not TLS (rustls reads the first bytes of `HTTP/1.1 400` as a record of no known type;
 /// containerd takes a `tls.RecordHeaderError` reading `HTTP/`, so any other non-TLS answer
 /// falls back here where it fails there: the server is the operator's), or, with
-/// `refused_too` (2.x, no port written), the connection was refused or timed out.
+/// `refused_too` (2.x, no port written), the connection was refused or its opening timed out
+/// (containerd's isPortError; not a slow answer once connected, nor an unreachable host).
 pub fn falls_back(e: &reqwest::Error, refused_too: bool) -> bool {
-    if refused_too && e.is_timeout() {
+    if refused_too && e.is_connect() && e.is_timeout() {
         return true;
     }
     let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -982,7 +983,7 @@ pub fn falls_back(e: &reqwest::Error, refused_too: bool) -> bool {
         loop {
             if let Some(io) = x.downcast_ref::<std::io::Error>() {
                 use std::io::ErrorKind::*;
-                if refused_too && matches!(io.kind(), ConnectionRefused | TimedOut | HostUnreachable | NetworkUnreachable) {
+                if refused_too && e.is_connect() && matches!(io.kind(), ConnectionRefused | TimedOut) {
                     return true;
                 }
                 if let Some(inner) = io.get_ref() {
