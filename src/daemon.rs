@@ -175,7 +175,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         timeout: cfg.registry.timeout(),
         stale_leases_gone: tokio::sync::OnceCell::new(),
         channel: crate::pull::containerd::lazy_channel(cfg.daemon.containerd_address.clone()),
-        node: tokio::sync::OnceCell::new(),
+        node: Default::default(),
         public_namespace: Some(cfg.daemon.public_namespace.clone()).filter(|n| !n.is_empty()),
         public_checked: Default::default(),
         holders: Default::default(),

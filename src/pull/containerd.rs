@@ -44,9 +44,9 @@ const CONTENT_PLUGIN_TYPE: &str = "io.containerd.content.v1";
 /// The type of containerd's metadata plugin (id `bolt`), which exports the content sharing policy.
 const METADATA_PLUGIN_TYPE: &str = "io.containerd.metadata.v1";
 
-/// What pullgate asks containerd once about its node: where its local content store keeps
-/// blobs, its content sharing policy and whether it honours shareable namespaces.
-#[derive(Debug, Clone, Default)]
+/// What pullgate asks containerd about its node (again after `NODE_FACTS_TTL`): where its local
+/// content store keeps blobs, its content sharing policy, and what its version reads.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeFacts {
     /// containerd's local content store's `blobs` directory (`exports.root` of the content plugin).
     pub blobs: Option<Arc<PathBuf>>,

@@ -133,8 +133,8 @@ pub struct Puller {
     /// One connection to containerd for every pull and verify (reconnecting when containerd
     /// restarts).
     pub channel: tonic::transport::Channel,
-    /// What containerd says of its node, asked once (`Containerd::node_facts`).
-    pub node: tokio::sync::OnceCell<containerd::NodeFacts>,
+    /// What containerd said of its node (`Containerd::node_facts`), and when.
+    pub node: std::sync::Mutex<Option<(std::time::Instant, containerd::NodeFacts)>>,
     /// pullgate's public namespace (`[daemon] public_namespace`): under an isolated content store
     /// on containerd 1.7+, the blobs pullgate established as public at their origin are held
     /// there once, labelled shareable, and every namespace adopts them instead of a copy.
@@ -152,6 +152,9 @@ const MAX_HOLDER_HINTS: usize = 200_000;
 
 /// Blobs of the public namespace remembered as checked, at most (then forgotten at once).
 const MAX_PUBLIC_CHECKED: usize = 200_000;
+
+/// How long what containerd said of its node is taken as still true.
+const NODE_FACTS_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Blobs downloaded at once.
 const FETCH_CONCURRENCY: usize = 4;
@@ -216,26 +219,33 @@ impl Puller {
         Ok(out)
     }
 
-    /// What containerd says of its node, asked once (and again after a failed ask, which
-    /// leaves every fact unknown for this pull: blobs read through containerd, the sharing
-    /// policy found by trying).
+    /// What containerd says of its node, asked again once `NODE_FACTS_TTL` has passed (a
+    /// containerd upgraded or reconfigured under a running pullgate is read anew) and after a
+    /// failed ask, which leaves every fact unknown for this pull: blobs read through containerd,
+    /// the sharing policy found by trying, http servers with TLS settings read as 2.x reads them.
     async fn node_facts(&self, cd: &Containerd) -> containerd::NodeFacts {
-        self.node
-            .get_or_try_init(|| async {
-                let facts = cd.node_facts().await?;
-                match &facts.blobs {
-                    Some(b) => tracing::info!(path = %b.display(), "copies and hashes read blobs from their files in containerd's content store (through containerd when a file cannot be opened)"),
-                    None => tracing::info!("containerd names no local content store: copies and hashes read blobs through containerd"),
-                }
-                tracing::info!(shared = ?facts.shared, honours_shareable = facts.honours_shareable, http_with_tls = ?facts.http_with_tls, "containerd's content sharing policy, and its reading of http servers with TLS settings");
-                Ok::<_, ContainerdError>(facts)
-            })
-            .await
-            .cloned()
-            .unwrap_or_else(|e| {
+        let known = self.node.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some((at, facts)) = &known {
+            if at.elapsed() < NODE_FACTS_TTL {
+                return facts.clone();
+            }
+        }
+        let facts = match cd.node_facts().await {
+            Ok(f) => f,
+            Err(e) => {
                 tracing::warn!(error = %e, "cannot ask containerd about its content store");
-                Default::default()
-            })
+                return Default::default();
+            }
+        };
+        if known.as_ref().is_none_or(|(_, k)| *k != facts) {
+            match &facts.blobs {
+                Some(b) => tracing::info!(path = %b.display(), "copies and hashes read blobs from their files in containerd's content store (through containerd when a file cannot be opened)"),
+                None => tracing::info!("containerd names no local content store: copies and hashes read blobs through containerd"),
+            }
+            tracing::info!(shared = ?facts.shared, honours_shareable = facts.honours_shareable, http_with_tls = ?facts.http_with_tls, "containerd's content sharing policy, and its reading of http servers with TLS settings");
+        }
+        *self.node.lock().unwrap_or_else(|p| p.into_inner()) = Some((std::time::Instant::now(), facts.clone()));
+        facts
     }
 
     /// pullgate's public namespace and the image's blobs pullgate established as public, when
