@@ -408,7 +408,8 @@ impl Session {
 
     /// For an http server with TLS settings (tried over https first, as containerd does): one
     /// request without credentials to `/v2/` over https; when the port answers plain http
-    /// there, the session goes to the server as written (plain http, and its origin with it);
+    /// there ([`falls_back`]), the session goes to the server as written (plain http, and its
+    /// origin with it);
     /// any other answer or failure keeps https (a certificate the settings do not trust fails
     /// the requests that follow, as in containerd). Decided before any credential is sent.
     async fn settle_scheme(&mut self) {
@@ -416,7 +417,7 @@ impl Session {
         let url = format!("{}/v2/", self.base);
         match self.bare.get(&url).timeout(self.total).send().await {
             Err(e) if falls_back(&e, refused_too) => {
-                tracing::debug!(server = %plain.base, "the server answers plain http on its port: asked over http, as containerd falls back");
+                tracing::debug!(server = %plain.base, error = %error_chain(&e), "https there answers plain http (or, without a port, refuses): asked as written, as containerd falls back");
                 (self.base, self.endpoint, self.origin) = (plain.base.clone(), endpoint_of(&plain), origin_at(&plain, &self.repo));
             }
             _ => {}
