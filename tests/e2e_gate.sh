@@ -122,7 +122,7 @@ settle_gc B
 # (check_err: containerd must answer "not found"; any other failure of ctr is no evidence.)
 check_err "B holds no snapshot of the image's first private chain" "not found" ctr_ -n B snapshots --snapshotter pullgate info "${CH[3]}"
 ctr_ -n B images import --no-unpack --snapshotter pullgate "$WORK/stolen.tar" >/dev/null 2>&1
-check "the stolen image record exists in B" bash -c "'${CTR[0]}' -a '${CTR[2]}' -n B images ls -q | grep -q stolen.example/app:v1"
+check "the stolen image record exists in B" has_image B stolen.example/app:v1
 out=$(run_img B b1 stolen.example/app:v1 2>&1); rc=$?
 if [ $rc -ne 0 ] && grep -qF "$DENIED \"B\"" <<<"$out" && grep -qF "pullgate verify -n B" <<<"$out" \
    && grep -qE "layer (${DIFF[3]}|${DIFF[4]})" <<<"$out" && ! grep -qF "$LEAK" <<<"$out"; then

@@ -95,13 +95,15 @@ check "pullgate pull over mutual TLS (-n t1)" pg pull -n t1 --user "alice:$PW" "
 check_out "the image runs in t1 through the gate" "hello over mutual TLS" \
   ctr_ -n t1 run --rm --snapshotter pullgate "$IMG" tls-run-1
 # (An https origin is shown without its scheme; plain http ones with it.)
-check "t1's grant names the https origin" bash -c "\"\$@\" | awk 'NR == 2 {print \$3}' | grep -qx '$REG/private/app'" _ "$PG_BIN" grants --address "$PG/api.sock" -n t1
+# grant_origin NS ORIGIN: the first grant `pullgate grants` lists for NS names ORIGIN.
+grant_origin() { [ "$(pg_grants "$1" | awk 'NR == 2 {print $3}')" = "$2" ]; }
+check "t1's grant names the https origin" grant_origin t1 "$REG/private/app"
 # --plain-http is for the registry's own server (containerd's DefaultScheme): the server the
 # operator's hosts.toml names stays https, for ctr and for pullgate alike.
 check "ctr content fetch --plain-http --hosts-dir: the named https server is used (-n t1c)" \
   ctr_ -n t1c content fetch --plain-http --hosts-dir "$HOSTS" --user "alice:$PW" "$IMG"
 check "pullgate pull --plain-http: the named https server is used, not plain http (-n t1p)" pg pull -n t1p --plain-http --user "alice:$PW" "$IMG"
-check "t1p's grant names the https origin" bash -c "\"\$@\" | awk 'NR == 2 {print \$3}' | grep -qx '$REG/private/app'" _ "$PG_BIN" grants --address "$PG/api.sock" -n t1p
+check "t1p's grant names the https origin" grant_origin t1p "$REG/private/app"
 
 log "2. refused, nothing recorded"
 # refused_no_grant DESC NS ERE: pullgate verify in NS fails with a message matching ERE, the
@@ -183,7 +185,7 @@ reached() {
   local what=$1 ns=$2 img=$3 origin=$4 url=$5 reg=${3%%/*}
   check "ctr content fetch reaches $what (-n ${ns}c)" ctr_ -n "${ns}c" content fetch --hosts-dir "$HOSTS" --user "alice:$PW" "$img"
   check "pullgate pull reaches $what (-n $ns)" pg pull -n "$ns" --user "alice:$PW" "$img"
-  check "$ns's grant names the origin $origin" bash -c "\"\$@\" | awk 'NR == 2 {print \$3}' | grep -qxF '$origin'" _ "$PG_BIN" grants --address "$PG/api.sock" -n "$ns"
+  check "$ns's grant names the origin $origin" grant_origin "$ns" "$origin"
   check_out "the image runs in $ns" "hello over mutual TLS" ctr_ -n "$ns" run --rm --snapshotter pullgate "$img" "tls-run-$ns"
   check "pullgate inspect finds the image by its reference (names are looked up under the origin that answered)" pg inspect "$img"
   local out; out=$("$PG_BIN" doctor --config "$PG/config.toml" --containerd-config "$WORK/containerd/config.toml" --registries 2>&1)

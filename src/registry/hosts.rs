@@ -38,8 +38,9 @@ pub struct Endpoint {
     /// Set by [`Endpoint::read_as`] when `base` is the https form of such a server: the server
     /// as written (plain http), used when the https port answers plain http.
     pub plain_fallback: Option<String>,
-    /// With `plain_fallback`: a refused or timed-out connection falls back too (containerd 2.x,
-    /// a server written without a port: https on 443, then http on 80).
+    /// With `plain_fallback`: a refused connection or one not accepted in time falls back too
+    /// (containerd 1.7.24 on and 2.x, a server written without a port: https on 443, then http
+    /// on 80).
     pub refused_falls_back: bool,
 }
 
@@ -107,7 +108,7 @@ pub struct ClientPair {
 #[derive(Debug, Deserialize)]
 struct HostsFile {
     server: Option<String>,
-    /// Set at all (even false), it is a TLS setting to containerd (`https_first`).
+    /// Set at all (even false), it is a TLS setting to containerd (`Endpoint::tls_on_http`).
     skip_verify: Option<bool>,
     ca: Option<OneOrMany>,
     client: Option<toml::Value>,
@@ -448,7 +449,8 @@ pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<En
             (server, Endpoint { base, ..Endpoint::default() })
         }
     };
-    // containerd's explicitTLS: skip_verify set at all, a ca (even an empty list), a client pair.
+    // containerd's explicitTLS: skip_verify set at all, a ca (even an empty list), or (once
+    // read, below) a client pair; `client = []` names none.
     let mut tls_set = f.skip_verify.is_some() || f.ca.is_some();
     ep.skip_verify = f.skip_verify.unwrap_or(false);
     ep.ca = f.ca.map(|c| c.paths(base)).unwrap_or_default();
