@@ -393,30 +393,51 @@ impl Puller {
             got.present = p;
         }
         stages.done("record");
-        self.place(&mut got, sess, cd, &placing, (!full).then_some(out.manifest.as_str()), req.progress.as_deref()).await?;
-        self.remember_holder(&req.namespace, &got.present);
-        stages.done("place");
-        out.downloaded.append(&mut got.downloaded);
-        out.copied = got.copied.clone();
-        out.public = got.from_public.clone();
-        tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %image.origin, manifest = %out.manifest,
-            identity = %short(&identity), downloaded = out.downloaded.len(), "grant recorded");
-        self.label(&image, &got, &who, cd).await?;
-        stages.done("label");
+        // What is copied is written under the pull's lease (a verify begins one to copy).
+        if !got.to_copy.is_empty() && !cd.has_lease() {
+            cd.begin_lease((!full).then_some(out.manifest.as_str())).await?;
+        }
         if !full {
+            self.place(&mut got, sess, cd, &placing, req.progress.as_deref(), HashMap::new()).await?;
+            stages.done("place");
+            self.placed(req, &image, &identity, &mut got, &mut out);
+            self.label(&image, &got, &who, cd).await?;
+            stages.done("label");
             out.held_until = self.hold(&image, &got, &out.manifest, cd).await;
             return Ok(out);
         }
+        // A pull copies, adopts and unpacks together: the unpack waits for a layer's copy or
+        // adoption only when it must apply the layer after all (its chain is not held), and
+        // the config's before its GC labels are set.
         let deferred = std::mem::take(&mut got.deferred);
         let (adopting, mut ready) = Self::adopt_beside(&deferred, cd, &who);
-        let (adopted, done) = tokio::join!(adopting, async {
-            let target = self.store_image_content(&image, resolved, &diff_ids, &who, req.for_pods, cd).await?;
-            crate::crashpoint::hit("pull.labelled");
-            stages.done("store");
-            self.unpack(req, &image, &diff_ids, cd, sess, &who, &mut ready, &mut out).await?;
-            stages.done("unpack");
-            Ok::<_, PullError>(target)
-        });
+        let (copied, copying) = Self::outcome_channels(got.to_copy.iter().map(|(b, _, _)| b.digest.clone()));
+        ready.extend(copying);
+        let (cd, shared_sess) = (&*cd, &*sess);
+        let (placed, adopted, done) = tokio::join!(
+            async {
+                let began = std::time::Instant::now();
+                self.place(&mut got, shared_sess, cd, &placing, req.progress.as_deref(), copied).await?;
+                self.label(&image, &got, &who, cd).await?;
+                crate::crashpoint::hit("pull.labelled");
+                Ok::<_, PullError>(began.elapsed())
+            },
+            adopting,
+            async {
+                let target = self.store_manifest(&image, resolved, &who, req.for_pods, cd).await?;
+                stages.done("store");
+                self.unpack(req, &image, &diff_ids, cd, shared_sess, &who, &mut ready, &mut out).await?;
+                stages.done("unpack");
+                // (Still to be told unless a layer of the same digest was waited for.)
+                if let Some(config) = ready.remove(&image.config.digest) {
+                    let _ = config.await;
+                }
+                self.label_config(&image, &diff_ids, &who, cd).await?;
+                Ok::<_, PullError>(target)
+            }
+        );
+        stages.beside("place", placed?);
+        self.placed(req, &image, &identity, &mut got, &mut out);
         let (target, missed) = (done?, adopted?);
         // A layer containerd no longer had to adopt (and the unpack did not need) comes from
         // the origin, as it would have without the wait, before any image record names it.
@@ -435,6 +456,30 @@ impl Puller {
         Ok(out)
     }
 
+    /// Per digest, a sender a placing job tells its outcome by (true: the namespace holds the
+    /// blob) and the receiver the unpack waits on.
+    #[allow(clippy::type_complexity)]
+    fn outcome_channels(digests: impl Iterator<Item = String>) -> (HashMap<String, tokio::sync::oneshot::Sender<bool>>, HashMap<String, tokio::sync::oneshot::Receiver<bool>>) {
+        let (mut told, mut ready) = (HashMap::new(), HashMap::new());
+        for d in digests {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            told.insert(d.clone(), tx);
+            ready.insert(d, rx);
+        }
+        (told, ready)
+    }
+
+    /// Once `place` is done: what it placed goes into the outcome, the namespace is remembered
+    /// as holding the blobs, and the grant is logged.
+    fn placed(&self, req: &Request, image: &Image, identity: &str, got: &mut Gathered, out: &mut Outcome) {
+        self.remember_holder(&req.namespace, &got.present);
+        out.downloaded.append(&mut got.downloaded);
+        out.copied = got.copied.clone();
+        out.public = got.from_public.clone();
+        tracing::info!(namespace = %req.namespace, principal = %req.principal, origin = %image.origin, manifest = %out.manifest,
+            identity = %short(identity), downloaded = out.downloaded.len(), "grant recorded");
+    }
+
     /// Adopts `blobs` into the namespace (a shared content store) together, each with its
     /// origin labels; returns that work and, per blob, where its outcome is told (true: the
     /// namespace holds it). The work's own answer lists the blobs containerd no longer had, or
@@ -445,14 +490,15 @@ impl Puller {
         cd: &'a Containerd,
         who: &'a HashMap<String, String>,
     ) -> (impl std::future::Future<Output = Result<Vec<String>>> + 'a, HashMap<String, tokio::sync::oneshot::Receiver<bool>>) {
-        let mut ready = HashMap::new();
+        let (mut told, ready) = Self::outcome_channels(blobs.iter().map(|b| b.digest.clone()));
         let mut jobs = Vec::new();
         for b in blobs {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            ready.insert(b.digest.clone(), rx);
+            let tx = told.remove(&b.digest);
             jobs.push(async move {
                 let adopted = cd.adopt_content(&b.digest, b.size, who).await;
-                let _ = tx.send(matches!(adopted, Ok(true)));
+                if let Some(tx) = tx {
+                    let _ = tx.send(matches!(adopted, Ok(true)));
+                }
                 adopted.map(|a| (!a).then(|| b.digest.clone()))
             });
         }
@@ -554,6 +600,15 @@ impl Puller {
             }
             None => Default::default(),
         };
+        // Those this origin served are adopted from there together: each adoption is a
+        // metadata transaction of containerd's, and their round-trips overlap.
+        let mut served_public: HashMap<&str, &Blob> = HashMap::new();
+        for (b, _) in image.all().zip(&facts.served).filter(|(b, served)| **served && in_public.contains(&b.digest) && !got.present.contains(&b.digest)) {
+            served_public.insert(&b.digest, b);
+        }
+        let adoptions = served_public.values().map(|b| async move { cd.adopt_content(&b.digest, b.size, who).await.map(|a| (b.digest.as_str(), a)) });
+        // (Each runs to its end, an error or not: none is left half-done.)
+        let adopted_public: HashMap<&str, bool> = futures_util::future::join_all(adoptions).await.into_iter().collect::<std::result::Result<_, _>>()?;
         // Under a shared store (containerd says so), a pull adopts the blobs this origin served
         // together rather than one after another: each is a metadata transaction of
         // containerd's, and their round-trips overlap. A blob containerd no longer has is left
@@ -599,7 +654,12 @@ impl Puller {
             if vouched {
                 // The namespace is entitled to these bytes: the origin accepted its credential
                 // for a manifest naming them, and served them.
-                let from_public = !in_ns && in_public.contains(&b.digest) && cd.adopt_content(&b.digest, b.size, who).await?;
+                let from_public = !in_ns
+                    && in_public.contains(&b.digest)
+                    && match adopted_public.get(b.digest.as_str()) {
+                        Some(adopted) => *adopted,
+                        None => cd.adopt_content(&b.digest, b.size, who).await?,
+                    };
                 let tried = !in_ns && !from_public && shared != Some(false) && (got.needs_content || shared.is_none());
                 let adopted = tried && cd.adopt_content(&b.digest, b.size, who).await?;
                 if adopted {
@@ -694,16 +754,13 @@ impl Puller {
         &self,
         got: &mut Gathered,
         sess: &Session,
-        cd: &mut Containerd,
+        cd: &Containerd,
         placing: &Placing<'_>,
-        hold: Option<&str>,
         progress: Option<&crate::progress::Progress>,
+        mut told: HashMap<String, tokio::sync::oneshot::Sender<bool>>,
     ) -> Result<()> {
         if got.to_copy.is_empty() {
             return Ok(());
-        }
-        if !cd.has_lease() {
-            cd.begin_lease(hold).await?;
         }
         // Public blobs are copied once, into pullgate's public namespace (under a lease of
         // its own there), and adopted from there: the next namespace adopts them without a copy.
@@ -717,20 +774,32 @@ impl Puller {
                 }
             }
         }
-        let cd = &*cd;
         let jobs = std::mem::take(&mut got.to_copy).into_iter().map(|(blob, from, keep)| {
             let publish = public_cd.as_ref().filter(|(_, public)| public.contains(&blob.digest)).map(|(p, _)| p.clone());
             Job::Copy { blob, from, keep, publish }
         });
-        let done = Job::run_all(jobs, sess, cd, placing.who, COPY_CONCURRENCY).await;
-        for d in done {
-            let d = d?;
-            if let (Done::Copied(digest), Some(p)) = (&d, progress) {
-                p.copied(digest);
+        let mut done = Job::stream(jobs, sess, cd, placing.who, COPY_CONCURRENCY);
+        let mut failed = None;
+        while let Some((digest, d)) = done.next().await {
+            // Whether the namespace now holds the blob is told at once (a failed job's
+            // receiver sees its sender dropped).
+            let held = matches!(d, Ok(Done::Copied(_)) | Ok(Done::Fetched { keep: true, .. }));
+            if let Some(tx) = told.remove(&digest) {
+                let _ = tx.send(held);
             }
-            got.took(d);
+            match d {
+                Ok(d) => {
+                    if let (Done::Copied(digest), Some(p)) = (&d, progress) {
+                        p.copied(digest);
+                    }
+                    got.took(d);
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// The layer IDs the image claims (from its recorded manifest, or its config), each checked
@@ -873,10 +942,9 @@ impl Puller {
         Some(humantime::format_rfc3339_seconds(std::time::SystemTime::now() + containerd::HOLD_FOR).to_string())
     }
 
-    /// Manifest (and index) content with containerd's GC references, and the config's
-    /// reference to the top chain; returns what the image record points at.
-    async fn store_image_content(&self, image: &Image, resolved: &registry::Resolved, diff_ids: &[String], who: &HashMap<String, String>, for_pods: bool, cd: &Containerd) -> Result<Descriptor> {
-        let top = ledger::chain_ids(diff_ids).last().cloned().unwrap_or_default();
+    /// Manifest (and index) content with containerd's GC references; returns what the image
+    /// record points at.
+    async fn store_manifest(&self, image: &Image, resolved: &registry::Resolved, who: &HashMap<String, String>, for_pods: bool, cd: &Containerd) -> Result<Descriptor> {
         let mut mlabels = who.clone();
         mlabels.insert("containerd.io/gc.ref.content.config".into(), image.config.digest.clone());
         for (i, b) in image.layers.iter().enumerate() {
@@ -895,10 +963,15 @@ impl Puller {
             cd.write_bytes(&idx.digest, &idx.bytes, ilabels).await?;
             target = Descriptor { media_type: idx.media_type.clone(), digest: idx.digest.clone(), size: idx.bytes.len() as i64, annotations: HashMap::new() };
         }
+        Ok(target)
+    }
+
+    /// The config's GC reference to the image's top chain (the config is in the namespace).
+    async fn label_config(&self, image: &Image, diff_ids: &[String], who: &HashMap<String, String>, cd: &Containerd) -> Result<()> {
+        let top = ledger::chain_ids(diff_ids).last().cloned().unwrap_or_default();
         let mut clabels = who.clone();
         clabels.insert(format!("containerd.io/gc.ref.snapshot.{}", self.snapshotter_name), top);
-        cd.label_content(&image.config.digest, &clabels).await?;
-        Ok(target)
+        Ok(cd.label_content(&image.config.digest, &clabels).await?)
     }
 
     /// Unpacks into pullgate through containerd (the gate sees these Prepares). Each step is
@@ -1154,6 +1227,11 @@ impl Stages {
         self.took.push((stage, now - self.last));
         self.last = now;
     }
+
+    /// A stage that ran beside the others (it does not move the mark).
+    fn beside(&mut self, stage: &'static str, took: std::time::Duration) {
+        self.took.push((stage, took));
+    }
 }
 
 impl std::fmt::Display for Stages {
@@ -1236,14 +1314,26 @@ enum Done {
 impl Job {
     /// Runs jobs, `at_once` at a time; what they keep is committed with `labels`.
     async fn run_all(jobs: impl IntoIterator<Item = Job>, sess: &Session, cd: &Containerd, labels: &HashMap<String, String>, at_once: usize) -> Vec<Result<Done>> {
+        Self::stream(jobs, sess, cd, labels, at_once).map(|(_, d)| d).collect().await
+    }
+
+    /// Runs jobs, `at_once` at a time, each outcome as it comes, with its blob's digest.
+    fn stream<'a>(
+        jobs: impl IntoIterator<Item = Job> + 'a,
+        sess: &'a Session,
+        cd: &'a Containerd,
+        labels: &'a HashMap<String, String>,
+        at_once: usize,
+    ) -> impl futures_util::Stream<Item = (String, Result<Done>)> + 'a {
         futures_util::stream::iter(jobs)
-            .map(|job| {
+            .map(move |job| {
                 let mut s = sess.clone();
-                async move { job.run(&mut s, cd, labels).await }
+                let digest = match &job {
+                    Job::Copy { blob, .. } | Job::Fetch { blob, .. } => blob.digest.clone(),
+                };
+                async move { (digest, job.run(&mut s, cd, labels).await) }
             })
             .buffer_unordered(at_once)
-            .collect()
-            .await
     }
 
     async fn run(self, sess: &mut Session, cd: &Containerd, labels: &HashMap<String, String>) -> Result<Done> {
