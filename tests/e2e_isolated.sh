@@ -36,6 +36,9 @@
 #      there; a client's private image imported there: the next pull removes the label and
 #      copies, a namespace that proved nothing then cannot take its layer; once the image is
 #      removed, the next pull labels the namespace again.
+#  11. the chains gone and the blobs kept in another namespace: a new tenant's pull copies
+#      every blob and unpacks each layer from its copy (waited for; copies and the unpack run
+#      together), downloads nothing, and runs the image.
 # Usage: tests/e2e_isolated.sh VERSION
 source "$(dirname "$0")/lib.sh"
 V=${1:?usage: e2e_isolated.sh 1.6|1.7|2.1|2.4}
@@ -403,6 +406,41 @@ if [ "$V" != 1.6 ]; then
     grep -qF "0 blob(s) downloaded, $NPRIV copied from the node, $NPUB taken from pullgate's public namespace" <<<"$out"
   check "and it is labelled shareable again" pub_labelled
 fi
+log "11. the chains gone, the blobs kept on the node: a new tenant's pull copies each layer and applies it"
+# An image of its own, pulled by K1 only; K1 then keeps its blobs (a gc.root label on each) and
+# removes the image: containerd's GC takes its chains from pullgate. K2's pull must copy every
+# blob from K1 and unpack each layer from its copy, which it waits for (copies and the unpack
+# run together).
+KEPTMSG="kept blobs, chains gone"
+python3 "$REPO/tests/mkimage.py" "$WORK/kept" --tag v1 --message "$KEPTMSG" --extra-layers 3 --layer-mb 16 --seed 37 >/dev/null
+KEPT=$REG_t/private/kept:v1
+push_image "$WORK/kept" v1 "$KEPT" "alice:$PW_ALICE" || fail "push the kept image"
+KMD=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$WORK/kept")
+KBLOBS=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]+"/blobs/sha256/"+sys.argv[2].split(":")[1])); print(" ".join([m["config"]["digest"]]+[l["digest"] for l in m["layers"]]))' "$WORK/kept" "$KMD")
+KLAYERS=$(( $(wc -w <<<"$KBLOBS") - 1 ))
+check_out "K1's pullgate pull" "$KMD" pg pull -n K1 --plain-http --user "alice:$PW_ALICE" "$KEPT"
+for d in $KBLOBS; do check "K1 makes $d a GC root" ctr_ -n K1 content label "$d" containerd.io/gc.root=kept; done
+# (The config's reference to the top chain would keep the chains: it goes.)
+check "K1 takes the config's reference to its chain away" ctr_ -n K1 content label "${KBLOBS%% *}" containerd.io/gc.ref.snapshot.pullgate=
+check "K1 removes the image" ctr_ -n K1 images rm --sync "$KEPT"
+snaps=$(ctr_ -n K1 snapshots --snapshotter pullgate ls 2>&1); rc=$?
+check "K1 has no snapshot left (rc=$rc: $(shown 200 "$snaps"))" test $rc -eq 0 -a "$(grep -c . <<<"$snaps")" -eq 1
+kept=0; for d in $KBLOBS; do grep -qxF "$d" <<<"$(ctr_ -n K1 content ls -q)" && kept=$((kept + 1)); done
+check "K1 still holds all $((KLAYERS + 1)) blobs ($kept)" test "$kept" -eq $((KLAYERS + 1))
+from=$(mark)
+out=$(pg pull -n K2 --plain-http --user "bob:$PW_BOB" -o json "$KEPT" 2>"$WORK/k2.err"); rc=$?
+check "K2's pull succeeds (rc=$rc: $(shown 300 "$(cat "$WORK/k2.err")"))" test $rc -eq 0
+# (Its first layers are those of every image mkimage.py makes, whose chains other namespaces
+# hold: adopted; on 1.7+ those of public/base come from pullgate's public namespace. Its 3
+# extra layers and its top one are its own: unpacked from their copies.)
+counts=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); e, a = d["extracted"], d["adopted"]; print(len(d["downloaded"]), len(d["copied"]) + len(d["public"]), "own-extracted" if e >= 4 else e, e + a)' "$out" 2>/dev/null || echo "no JSON answer")
+check "K2 downloaded nothing, copied all $((KLAYERS + 1)) blobs (or, 1.7+, took the public ones from pullgate's public namespace), extracted its 4 own layers (with the rest adopted, $KLAYERS in all) ($counts)" \
+  test "$counts" = "0 $((KLAYERS + 1)) own-extracted $KLAYERS"
+check "the registry served no blob for it ($(blob_gets "$from") GETs)" test "$(blob_gets "$from")" -eq 0
+check_out "K2 runs it" "$KEPTMSG" run_img K2 k2 "$KEPT"
+image_complete() { ctr_ -n "$1" images check --snapshotter pullgate | grep -F "$2 " | grep -q ' complete '; }
+check "K2's image is complete (every blob in K2)" image_complete K2 "$KEPT"
+
 check "no password in pullgate's log" not grep -qE "$PW_ALICE|$PW_BOB|$PW_CAROL" "$PG/log"
 
 summary "e2e isolated (containerd $V)"
