@@ -424,7 +424,8 @@ for d in $KBLOBS; do check "K1 makes $d a GC root" ctr_ -n K1 content label "$d"
 check "K1 takes the config's reference to its chain away" ctr_ -n K1 content label "${KBLOBS%% *}" containerd.io/gc.ref.snapshot.pullgate=
 check "K1 removes the image" ctr_ -n K1 images rm --sync "$KEPT"
 snaps=$(ctr_ -n K1 snapshots --snapshotter pullgate ls 2>&1); rc=$?
-check "K1 has no snapshot left (rc=$rc: $(shown 200 "$snaps"))" test $rc -eq 0 -a "$(grep -c . <<<"$snaps")" -eq 1
+# (Every line but the header and ctr's own log lines, such as 2.4's cgroup v1 warning, names one.)
+check "K1 has no snapshot left (rc=$rc: $(shown 200 "$snaps"))" test $rc -eq 0 -a -z "$(grep -v -e '^KEY ' -e 'level=' <<<"$snaps" | grep .)"
 kept=0; for d in $KBLOBS; do grep -qxF "$d" <<<"$(ctr_ -n K1 content ls -q)" && kept=$((kept + 1)); done
 check "K1 still holds all $((KLAYERS + 1)) blobs ($kept)" test "$kept" -eq $((KLAYERS + 1))
 from=$(mark)
