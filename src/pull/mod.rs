@@ -456,6 +456,19 @@ impl Puller {
         Ok(out)
     }
 
+    /// Adopts `blobs` into the namespace together, once per digest, each with the labels
+    /// `who`: each adoption is a metadata transaction of containerd's, and their round-trips
+    /// overlap. Each runs to its end, an error or not (none is left half-done); returns per
+    /// digest whether the namespace now holds it, or the first error.
+    async fn adopt_together<'b>(cd: &Containerd, blobs: impl IntoIterator<Item = &'b Blob>, who: &HashMap<String, String>) -> Result<HashMap<&'b str, bool>> {
+        let mut once: HashMap<&str, &Blob> = HashMap::new();
+        for b in blobs {
+            once.entry(b.digest.as_str()).or_insert(b);
+        }
+        let adoptions = once.into_values().map(|b| async move { cd.adopt_content(&b.digest, b.size, who).await.map(|a| (b.digest.as_str(), a)) });
+        Ok(futures_util::future::join_all(adoptions).await.into_iter().collect::<std::result::Result<_, _>>()?)
+    }
+
     /// Per digest, a sender a placing job tells its outcome by (true: the namespace holds the
     /// blob) and the receiver the unpack waits on.
     #[allow(clippy::type_complexity)]
@@ -600,15 +613,9 @@ impl Puller {
             }
             None => Default::default(),
         };
-        // Those this origin served are adopted from there together: each adoption is a
-        // metadata transaction of containerd's, and their round-trips overlap.
-        let mut served_public: HashMap<&str, &Blob> = HashMap::new();
-        for (b, _) in image.all().zip(&facts.served).filter(|(b, served)| **served && in_public.contains(&b.digest) && !got.present.contains(&b.digest)) {
-            served_public.insert(&b.digest, b);
-        }
-        let adoptions = served_public.values().map(|b| async move { cd.adopt_content(&b.digest, b.size, who).await.map(|a| (b.digest.as_str(), a)) });
-        // (Each runs to its end, an error or not: none is left half-done.)
-        let adopted_public: HashMap<&str, bool> = futures_util::future::join_all(adoptions).await.into_iter().collect::<std::result::Result<_, _>>()?;
+        // Those this origin served are adopted from there together.
+        let served_public = image.all().zip(&facts.served).filter(|(b, served)| **served && in_public.contains(&b.digest) && !got.present.contains(&b.digest));
+        let adopted_public = Self::adopt_together(cd, served_public.map(|(b, _)| b), who).await?;
         // Under a shared store (containerd says so), a pull adopts the blobs this origin served
         // together rather than one after another: each is a metadata transaction of
         // containerd's, and their round-trips overlap. A blob containerd no longer has is left
@@ -629,16 +636,9 @@ impl Puller {
                 got.deferred = later.into_iter().cloned().collect();
                 wanted = now;
             }
-            let mut adoptions = Vec::new();
-            for b in &wanted {
-                adoptions.push(cd.adopt_content(&b.digest, b.size, who));
-            }
-            let adopted = futures_util::future::join_all(adoptions).await;
-            for (b, ok) in wanted.iter().zip(adopted) {
-                if ok? {
-                    got.present.insert(b.digest.clone());
-                    got.labelled.insert(b.digest.clone());
-                }
+            for (digest, _) in Self::adopt_together(cd, wanted, who).await?.into_iter().filter(|(_, adopted)| *adopted) {
+                got.present.insert(digest.to_string());
+                got.labelled.insert(digest.to_string());
             }
         }
         for (i, (b, served_here)) in image.all().zip(facts.served.iter().copied()).enumerate() {
