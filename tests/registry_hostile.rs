@@ -275,6 +275,26 @@ fn a_registry_that_is_down() {
     assert!(matches!(e, RegistryError::Unavailable { .. }), "{e}");
 }
 
+#[test]
+fn a_plain_http_server_asked_over_https_says_what_to_do() {
+    // As Go's http server answers a TLS handshake: in plain http.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let _ = c.write_all(b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n");
+        }
+    });
+    let r = Reference::parse(&format!("127.0.0.1:{port}/a/b")).unwrap();
+    let opts = Options { plain_http: false, hosts_dir: None, server: None, timeout: Some(Duration::from_secs(1)), http_with_tls: Default::default() };
+    let e = rt().block_on(Session::new(&r, None, &opts).unwrap().get_manifest("v1")).unwrap_err();
+    assert!(matches!(e, RegistryError::Unavailable { .. }) && e.to_string().contains("answers plain http there: ask it with --plain-http"), "{e}");
+    // A server that is down gets no such hint.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let e = rt().block_on(Session::new(&Reference::parse(&format!("127.0.0.1:{port}/a/b")).unwrap(), None, &opts).unwrap().get_manifest("v1")).unwrap_err();
+    assert!(!e.to_string().contains("plain http"), "{e}");
+}
+
 /// Reads a whole blob from the server on `port` (repository a/b).
 fn read_blob(port: u16, digest: &str, size: u64) -> Result<(), RegistryError> {
     rt().block_on(async {

@@ -446,6 +446,14 @@ impl Session {
     fn unavailable(&self, e: impl std::fmt::Display) -> RegistryError {
         RegistryError::Unavailable { host: self.host.clone(), reason: e.to_string() }
     }
+    /// A request that got no answer; an https request answered in plain http says what to do.
+    fn request_failed(&self, e: &reqwest::Error) -> RegistryError {
+        let hint = match falls_back(e, false) {
+            true => " (the server answers plain http there: ask it with --plain-http, or name it http://... in its hosts.toml)",
+            false => "",
+        };
+        self.unavailable(format!("{}{hint}", error_chain(e)))
+    }
     fn protocol(&self, reason: impl Into<String>) -> RegistryError {
         RegistryError::Protocol { host: self.host.clone(), reason: reason.into() }
     }
@@ -570,7 +578,7 @@ impl Session {
             }
             let resp = req.send().await;
             crate::metrics::record_request("registry", resp.as_ref().ok().map(|r| r.status().as_u16()));
-            let resp = resp.map_err(|e| self.unavailable(error_chain(&e)))?;
+            let resp = resp.map_err(|e| self.request_failed(&e))?;
             if !resp.status().is_redirection() {
                 return Ok(resp);
             }
