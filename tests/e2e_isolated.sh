@@ -67,17 +67,21 @@ check "containerd runs with the shipped fragment's content_sharing_policy = \"is
   grep -q 'content_sharing_policy = "isolated"' "$WORK/containerd/config.toml"
 pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
 run_img() { local ns=$1 id=$2; shift 2; ctr_ -n "$ns" run --rm --snapshotter pullgate "$@" "$id"; }
-MD=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$WORK/priv")
-BLOBS=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]+"/blobs/sha256/"+sys.argv[2].split(":")[1])); print(" ".join([m["config"]["digest"]]+[l["digest"] for l in m["layers"]]))' "$WORK/priv" "$MD")
+# layout_manifest DIR: the digest of an OCI layout's (first) manifest; layout_blobs DIR: its
+# config's and layers' digests, config first.
+layout_manifest() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$1"; }
+layout_blobs() { python3 -c 'import json,sys; d=sys.argv[1]; i=json.load(open(d+"/index.json"))["manifests"][0]["digest"]; m=json.load(open(d+"/blobs/sha256/"+i.split(":")[1])); print(" ".join([m["config"]["digest"]]+[l["digest"] for l in m["layers"]]))' "$1"; }
+MD=$(layout_manifest "$WORK/priv")
+BLOBS=$(layout_blobs "$WORK/priv")
 NBLOBS=$(wc -w <<<"$BLOBS")
 TOP=$(awk '{print $NF}' <<<"$BLOBS")
-# holds NS: how many of the image's blobs NS's content store lists.
+# holds NS [DIGESTS]: how many of the image's blobs (or of DIGESTS) NS's content store lists.
 # When ctr itself fails it prints why instead of a number, so that no `test "$(holds X)" = N`
 # passes on a failed listing (an empty answer is not "none").
 holds() {
   local n=0 d all rc; all=$(ctr_ -n "$1" content ls -q 2>&1); rc=$?
   [ $rc -eq 0 ] || { echo "ctr content ls -n $1 failed (rc=$rc): $(head -c 200 <<<"$all")"; return 1; }
-  for d in $BLOBS; do grep -qxF "$d" <<<"$all" && n=$((n + 1)); done; echo "$n"
+  for d in ${2:-$BLOBS}; do grep -qxF "$d" <<<"$all" && n=$((n + 1)); done; echo "$n"
 }
 # blob_gets FROM: the registry's blob GETs in its access log after line FROM.
 blob_gets() { tail -n +"$(($1 + 1))" "$WORK/registry-t/log" | grep -c '"GET /v2/[^ ]*/blobs/' ; }
@@ -133,7 +137,7 @@ log "2b. a verify refused for an image that lies about its layers copies nothing
 claims=$(python3 -c 'import json,sys; d=sys.argv[1]; i=json.load(open(d+"/index.json")); b=lambda x: json.load(open(d+"/blobs/sha256/"+x.split(":")[1])); ids=b(b(i["manifests"][0]["digest"])["config"]["digest"])["rootfs"]["diff_ids"]; ids[-1]="sha256:"+"ab"*32; print(",".join(ids))' "$WORK/priv")
 python3 "$REPO/tests/mkimage.py" "$WORK/lying" --tag v1 --message "$PRIVMSG" --extra-layers 2 --layer-mb 0.3 --seed 31 --claim-diff-ids "$claims" >/dev/null
 push_image "$WORK/lying" v1 "$REG_t/private/lying:v1" "alice:$PW_ALICE" || fail "push the lying image"
-LMD=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$WORK/lying")
+LMD=$(layout_manifest "$WORK/lying")
 LAYERS=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]+"/blobs/sha256/"+sys.argv[2].split(":")[1])); print(" ".join(l["digest"] for l in m["layers"]))' "$WORK/lying" "$LMD")
 check "its layers are A's image's layers" test "$LAYERS" = "$(cut -d' ' -f2- <<<"$BLOBS")"
 check_refused "F's pullgate verify (bob's password) is refused: the config lies" "lies about its layers" "" \
@@ -294,7 +298,6 @@ python3 "$REPO/tests/mkimage.py" "$WORK/pubbase" --tag v1 --message "public base
 python3 "$REPO/tests/mkimage.py" "$WORK/onbase" --tag v1 --message "private app on a public base" --extra-layers 3 --layer-mb 0.3 --seed 77 --base-note "public distribution" >/dev/null
 push_image "$WORK/pubbase" v1 "$REG_t/public/base:v1" "alice:$PW_ALICE" || fail "push the public base"
 push_image "$WORK/onbase" v1 "$REG_t/private/onbase:v1" "alice:$PW_ALICE" || fail "push the application on it"
-layout_blobs() { python3 -c 'import json,sys; d=sys.argv[1]; i=json.load(open(d+"/index.json"))["manifests"][0]["digest"]; m=json.load(open(d+"/blobs/sha256/"+i.split(":")[1])); print(" ".join([m["config"]["digest"]]+[l["digest"] for l in m["layers"]]))' "$1"; }
 BASE_BLOBS=$(layout_blobs "$WORK/pubbase"); APP_BLOBS=$(layout_blobs "$WORK/onbase")
 PUBLIC=$(comm -12 <(tr ' ' '\n' <<<"$BASE_BLOBS" | sort) <(tr ' ' '\n' <<<"$APP_BLOBS" | sort) | paste -sd' ')
 PRIVATE=$(comm -13 <(tr ' ' '\n' <<<"$BASE_BLOBS" | sort) <(tr ' ' '\n' <<<"$APP_BLOBS" | sort) | paste -sd' ')
@@ -415,8 +418,7 @@ KEPTMSG="kept blobs, chains gone"
 python3 "$REPO/tests/mkimage.py" "$WORK/kept" --tag v1 --message "$KEPTMSG" --extra-layers 3 --layer-mb 16 --seed 37 >/dev/null
 KEPT=$REG_t/private/kept:v1
 push_image "$WORK/kept" v1 "$KEPT" "alice:$PW_ALICE" || fail "push the kept image"
-KMD=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$WORK/kept")
-KBLOBS=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]+"/blobs/sha256/"+sys.argv[2].split(":")[1])); print(" ".join([m["config"]["digest"]]+[l["digest"] for l in m["layers"]]))' "$WORK/kept" "$KMD")
+KMD=$(layout_manifest "$WORK/kept"); KBLOBS=$(layout_blobs "$WORK/kept")
 KLAYERS=$(( $(wc -w <<<"$KBLOBS") - 1 ))
 check_out "K1's pullgate pull" "$KMD" pg pull -n K1 --plain-http --user "alice:$PW_ALICE" "$KEPT"
 for d in $KBLOBS; do check "K1 makes $d a GC root" ctr_ -n K1 content label "$d" containerd.io/gc.root=kept; done
@@ -426,8 +428,8 @@ check "K1 removes the image" ctr_ -n K1 images rm --sync "$KEPT"
 snaps=$(ctr_ -n K1 snapshots --snapshotter pullgate ls 2>&1); rc=$?
 # (Every line but the header and ctr's own log lines, such as 2.4's cgroup v1 warning, names one.)
 check "K1 has no snapshot left (rc=$rc: $(shown 200 "$snaps"))" test $rc -eq 0 -a -z "$(grep -v -e '^KEY ' -e 'level=' <<<"$snaps" | grep .)"
-kept=0; for d in $KBLOBS; do grep -qxF "$d" <<<"$(ctr_ -n K1 content ls -q)" && kept=$((kept + 1)); done
-check "K1 still holds all $((KLAYERS + 1)) blobs ($kept)" test "$kept" -eq $((KLAYERS + 1))
+kept=$(holds K1 "$KBLOBS")
+check "K1 still holds all $((KLAYERS + 1)) blobs ($kept)" test "$kept" = $((KLAYERS + 1))
 from=$(mark)
 out=$(pg pull -n K2 --plain-http --user "bob:$PW_BOB" -o json "$KEPT" 2>"$WORK/k2.err"); rc=$?
 check "K2's pull succeeds (rc=$rc: $(shown 300 "$(cat "$WORK/k2.err")"))" test $rc -eq 0

@@ -748,7 +748,7 @@ impl Puller {
     /// namespaces hold (an isolated content store), reading them there and writing them here
     /// with the expected digest, which containerd checks; a blob whose copy fails comes from
     /// the origin instead when the pull needs it. A pull or verify refused before this copies
-    /// nothing.
+    /// nothing. `told` hears, per blob, whether the namespace holds it, as each copy ends.
     #[allow(clippy::too_many_arguments)]
     async fn place(
         &self,
