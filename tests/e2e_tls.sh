@@ -12,7 +12,12 @@
 #      credentials does not present the node's certificate, and nothing is recorded;
 #   5. `pullgate doctor --registries` names the registry of a `host_port_` directory;
 #   6. an http server with TLS settings, asked as the running containerd asks it (over https
-#      first since 1.6.25/1.7.7, plain http when the port answers it): a TLS registry, a plain one.
+#      first since 1.6.25/1.7.7, plain http when the port answers it): a TLS registry, a plain one;
+#   7. a registry on the loopback whose server no hosts.toml names, asked as containerd asks it
+#      without --plain-http: a plain http one (plain http, or https first then plain), a TLS one
+#      with a certificate nothing trusts (unverified https since 1.6.25/1.7.7, else refused).
+# The mutual-TLS registries listen on the node's own address: to containerd (and so to pullgate)
+# a loopback registry with no server named is another case (7), asked without verification.
 # Real containerd of the given version configured from plugin/, a real registry with TLS,
 # clientcas and htpasswd, certificates made here with openssl; driven by ctr and pullgate's CLI.
 # Usage: tests/e2e_tls.sh VERSION
@@ -33,8 +38,11 @@ cert() {
 for ca in ca otherca; do
   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/$ca.key" -out "$T/$ca.pem" -days 2 -subj "/CN=pullgate-test-$ca" >/dev/null 2>&1
 done
-cert server ca serverAuth IP:127.0.0.1 && cert client ca clientAuth && cert stranger otherca clientAuth \
-  || { fail "make the certificates"; exit 1; }
+# The node's first global IPv4 address (not the loopback: see above).
+NODE_IP=$(ip -4 -o addr show scope global | awk '{split($4, a, "/"); print a[1]; exit}')
+[ -n "$NODE_IP" ] || { fail "this machine has no global IPv4 address for the TLS registries (ip -4 addr)"; exit 1; }
+cert server ca serverAuth "IP:127.0.0.1,IP:$NODE_IP" && cert client ca clientAuth && cert stranger otherca clientAuth \
+  && cert loopback otherca serverAuth IP:127.0.0.1 || { fail "make the certificates"; exit 1; }
 # The key lines a leak would show (the middle of the client's key).
 KEYLINE=$(sed -n 5p "$T/client.key")
 
@@ -47,10 +55,10 @@ _launch_mtls_registry() {
     key: $T/server.key
     clientcas:
       - $T/ca.pem
-$AUTH"
+$AUTH" "$NODE_IP"
   docker-registry serve "$REGDIR/config.yml" >>"$REGDIR/log" 2>&1 &
   PIDS+=($!); LAUNCHED+=($!)
-  wait_serving 20 curl -s -o /dev/null --cacert "$T/ca.pem" --cert "$T/client.pem" --key "$T/client.key" "https://127.0.0.1:$PORT_1/v2/"
+  wait_serving 20 curl -s -o /dev/null --cacert "$T/ca.pem" --cert "$T/client.pem" --key "$T/client.key" "https://$NODE_IP:$PORT_1/v2/"
 }
 REGDIR=$WORK/registry-tls; mkdir -p "$REGDIR"
 htpasswd -Bbc "$REGDIR/htpasswd" alice "$PW" >/dev/null 2>&1
@@ -59,7 +67,7 @@ AUTH="auth:
     realm: pullgate-test
     path: $REGDIR/htpasswd"
 launch_on_free_ports 1 _launch_mtls_registry || { fail "the TLS registry did not start: $(tail -5 "$REGDIR/log")"; summary; exit 1; }
-REG=127.0.0.1:$PORT_1
+REG=$NODE_IP:$PORT_1
 IMG=$REG/private/app:v1
 check_out "the registry asks for a password from a client with the CA's certificate" 401 \
   curl -s -o /dev/null -w '%{http_code}' --cacert "$T/ca.pem" --cert "$T/client.pem" --key "$T/client.key" "https://$REG/v2/"
@@ -86,7 +94,7 @@ hosts_toml() {
   { printf 'server = "https://%s"\n\n[host."https://%s"]\n  capabilities = ["pull", "resolve"]\n  ca = "ca.pem"\n' "$REG" "$REG"
     [ -n "$2" ] && printf '  client = %s\n' "$2"; } > "$1/hosts.toml"
 }
-PORTDIR=$HOSTS/127.0.0.1_${REG#*:}_
+PORTDIR=$HOSTS/${REG%:*}_${REG#*:}_
 
 log "1. hosts.toml in the host_port_ directory, relative ca and client [certificate, key]"
 hosts_toml "$PORTDIR" '[["client.pem", "client.key"]]'
@@ -145,7 +153,7 @@ log "4. a registry whose only access control is the client certificate"
 # (the registry refuses), so nothing is recorded as served anonymously (public to every tenant).
 REGDIR=$WORK/registry-certonly AUTH=""
 launch_on_free_ports 1 _launch_mtls_registry || { fail "the certificate-only registry did not start: $(tail -5 "$REGDIR/log")"; summary; exit 1; }
-CREG=127.0.0.1:$PORT_1
+CREG=$NODE_IP:$PORT_1
 CIMG=$CREG/private/app:v1
 skopeo copy --quiet --dest-cert-dir "$SK" "oci:$WORK/img:v1" "docker://$CIMG" >/dev/null || fail "push to the certificate-only registry"
 check_out "the registry serves the manifest to the certificate alone (no password)" 200 \
@@ -211,5 +219,55 @@ rm -rf "$HOSTS"/*; D=$HOSTS/plain.example_5000_; mkdir -p "$D"
 printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n  skip_verify = true\n' "$REG_plain" "$REG_plain" > "$D/hosts.toml"
 reached "the plain http registry (skip_verify set: plain http, after https when asked first)" t9 "$PIMG" \
   "http://$REG_plain/private/app?ns=plain.example%3A5000" "http://$REG_plain/v2/"
+
+log "7. a registry on the loopback whose server no hosts.toml names"
+# containerd (docker.IsLocalhost: localhost or a loopback address) asks it without --plain-http
+# in plain http (1.6 before 1.6.25), or over https without checking the certificate first and
+# in plain http when the port answers plain http (1.6.25, 1.7.7 and later): pullgate as the
+# running containerd.
+rm -rf "${HOSTS:?}"/*
+for name in "$REG_plain" "localhost:${REG_plain#*:}"; do
+  ns=t10; [ "${name%%:*}" = localhost ] && ns=t11
+  check "ctr content fetch without --plain-http reaches the plain http registry as $name (-n ${ns}c)" \
+    ctr_ -n "${ns}c" content fetch --hosts-dir "$HOSTS" --user "alice:$PW" "$name/private/app:v1"
+  check "pullgate pull without --plain-http reaches it (-n $ns)" pg pull -n "$ns" --user "alice:$PW" "$name/private/app:v1"
+  check "$ns's grant names the plain http origin" grant_origin "$ns" "http://$name/private/app"
+  check_out "the image runs in $ns" "hello over mutual TLS" ctr_ -n "$ns" run --rm --snapshotter pullgate "$name/private/app:v1" "tls-run-$ns"
+done
+_launch_loopback_tls() {
+  registry_config "$LDIR" "$PORT_1" "  tls:
+    certificate: $T/loopback.pem
+    key: $T/loopback.key
+auth:
+  htpasswd:
+    realm: pullgate-test
+    path: $WORK/registry-tls/htpasswd"
+  docker-registry serve "$LDIR/config.yml" >>"$LDIR/log" 2>&1 &
+  PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 20 curl -sk -o /dev/null "https://127.0.0.1:$PORT_1/v2/"
+}
+LDIR=$WORK/registry-loopback-tls; mkdir -p "$LDIR/data"
+launch_on_free_ports 1 _launch_loopback_tls || { fail "the loopback TLS registry did not start: $(tail -5 "$LDIR/log")"; summary; exit 1; }
+LREG=127.0.0.1:$PORT_1
+skopeo copy --quiet --dest-tls-verify=false --dest-creds "alice:$PW" "oci:$WORK/img:v1" "docker://$LREG/private/app:v1" >/dev/null \
+  || fail "push to the loopback TLS registry"
+check "(its certificate is from a CA nothing here trusts: curl refuses it)" not curl -s -o /dev/null "https://$LREG/v2/"
+if [ "$FIRST" = 1 ]; then
+  check "ctr content fetch reaches the loopback TLS registry, unverified (containerd $CV) (-n t12c)" \
+    ctr_ -n t12c content fetch --hosts-dir "$HOSTS" --user "alice:$PW" "$LREG/private/app:v1"
+  check "pullgate pull reaches it too (-n t12)" pg pull -n t12 --user "alice:$PW" "$LREG/private/app:v1"
+  check "t12's grant names the https origin" grant_origin t12 "$LREG/private/app"
+  check_out "the image runs in t12" "hello over mutual TLS" ctr_ -n t12 run --rm --snapshotter pullgate "$LREG/private/app:v1" tls-run-t12
+else
+  check_err "containerd $CV asks it in plain http: ctr content fetch is refused by the TLS port (-n t12c)" "400" \
+    ctr_ -n t12c content fetch --hosts-dir "$HOSTS" --user "alice:$PW" "$LREG/private/app:v1"
+  check_err "and so does pullgate (-n t12)" "400" pg pull -n t12 --user "alice:$PW" "$LREG/private/app:v1"
+  check_no_grants "no grant in t12" t12
+fi
+# --plain-http (containerd's DefaultScheme) asks it in plain http: refused by the TLS port.
+check_err "ctr content fetch --plain-http is refused by the loopback TLS registry (-n t13c)" "400" \
+  ctr_ -n t13c content fetch --plain-http --hosts-dir "$HOSTS" --user "alice:$PW" "$LREG/private/app:v1"
+check_err "and so is pullgate pull --plain-http (-n t13)" "400" pg pull -n t13 --plain-http --user "alice:$PW" "$LREG/private/app:v1"
+check_no_grants "no grant in t13" t13
 
 summary "TLS registries (containerd $V)"

@@ -118,7 +118,8 @@ cleanup() {
   if [ -z "${KEEP_WORK:-}" ]; then rm -rf "$WORK"; else echo "kept $WORK"; fi
 }
 
-# registry_config DIR PORT AUTH_YAML: a distribution config with an access log.
+# registry_config DIR PORT AUTH_YAML [ADDRESS]: a distribution config with an access log,
+# listening on ADDRESS (127.0.0.1 by default).
 registry_config() {
   cat > "$1/config.yml" <<YML
 version: 0.1
@@ -132,7 +133,7 @@ storage:
   delete:
     enabled: true
 http:
-  addr: 127.0.0.1:$2
+  addr: ${4:-127.0.0.1}:$2
 $3
 YML
 }

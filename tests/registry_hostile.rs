@@ -285,12 +285,17 @@ fn a_plain_http_server_asked_over_https_says_what_to_do() {
             let _ = c.write_all(b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n");
         }
     });
+    // (Named as an https server: a loopback registry's own server would be asked as containerd
+    // asks it, https first, then plain http.)
     let r = Reference::parse(&format!("127.0.0.1:{port}/a/b")).unwrap();
-    let opts = Options { plain_http: false, hosts_dir: None, server: None, timeout: Some(Duration::from_secs(1)), http_with_tls: Default::default() };
-    let e = rt().block_on(Session::new(&r, None, &opts).unwrap().get_manifest("v1")).unwrap_err();
+    let server = format!("https://127.0.0.1:{port}");
+    let opts = Options { plain_http: false, hosts_dir: None, server: Some(&server), timeout: Some(Duration::from_secs(1)), http_with_tls: Default::default() };
+    let e = rt().block_on(Session::new(&r, None, &opts).unwrap().resolve(&r, "linux/amd64")).unwrap_err();
     assert!(matches!(e, RegistryError::Unavailable { .. }) && e.to_string().contains("answers plain http there: ask it with --plain-http"), "{e}");
     // A server that is down gets no such hint.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let server = format!("https://127.0.0.1:{port}");
+    let opts = Options { server: Some(&server), ..opts };
     let e = rt().block_on(Session::new(&Reference::parse(&format!("127.0.0.1:{port}/a/b")).unwrap(), None, &opts).unwrap().get_manifest("v1")).unwrap_err();
     assert!(!e.to_string().contains("plain http"), "{e}");
 }

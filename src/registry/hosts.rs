@@ -42,6 +42,11 @@ pub struct Endpoint {
     /// (containerd 1.7.24 on and 2.x, a server written without a port: https on 443, then http
     /// on 80).
     pub refused_falls_back: bool,
+    /// The registry's own server (no server named) for a loopback registry, as containerd's
+    /// `docker.IsLocalhost` tells it ([`is_localhost`]): its port as written and whether
+    /// `--plain-http` was given. containerd asks it without verifying its certificate, and by
+    /// version in plain http, or over https first, or over https only ([`Endpoint::read_as`]).
+    pub loopback: Option<(String, bool)>,
 }
 
 /// How a containerd version asks an `http://` server with TLS settings (its `explicitTLS`).
@@ -65,6 +70,9 @@ impl Endpoint {
     /// becomes its https form with the server as written as `plain_fallback`, or stays as
     /// written. Nothing changes for any other endpoint.
     pub fn read_as(&mut self, r: HttpWithTls) {
+        if let Some((port, plain_http)) = self.loopback.take() {
+            self.read_loopback_as(r, port, plain_http);
+        }
         let Some(port) = self.tls_on_http.take() else { return };
         let first = match r {
             HttpWithTls::AsWritten => false,
@@ -72,16 +80,73 @@ impl Endpoint {
             HttpWithTls::UnlessPort80 => port != "80",
             HttpWithTls::Always => true,
         };
-        let Ok(u) = url::Url::parse(&self.base) else { return };
-        let Some(host) = u.host_str().filter(|_| first) else { return };
-        // (As the other bases: no port for https's own; a port written 0080 is 80.)
-        let https = match (port.is_empty(), u.port_or_known_default()) {
-            (true, _) | (false, Some(443)) => format!("https://{host}"),
-            (false, Some(p)) => format!("https://{host}:{p}"),
-            (false, None) => return,
-        };
+        let Some(https) = https_form(&self.base, &port).filter(|_| first) else { return };
         self.refused_falls_back = port.is_empty() && r == HttpWithTls::UnlessPort80;
         self.plain_fallback = Some(std::mem::replace(&mut self.base, https));
+    }
+}
+
+impl Endpoint {
+    /// containerd's default server for a loopback registry (`base` its plain http form): before
+    /// 1.6.25 and 1.7.8 (and 1.7.7, with `--plain-http` too) http with skip_verify, which is an
+    /// http server with TLS settings; from them on, without `--plain-http`, https only when the
+    /// port is none or 443, plain http on port 80, else http with skip_verify again. What
+    /// `read_as` then does with an http server with TLS settings follows.
+    fn read_loopback_as(&mut self, r: HttpWithTls, port: String, plain_http: bool) {
+        let unverified_http = match r {
+            HttpWithTls::AsWritten | HttpWithTls::Always => true,
+            HttpWithTls::PortNot80 | HttpWithTls::UnlessPort80 if plain_http => false,
+            HttpWithTls::PortNot80 | HttpWithTls::UnlessPort80 => match port.as_str() {
+                "" | "443" => {
+                    if let Some(https) = https_form(&self.base, &port) {
+                        (self.base, self.skip_verify, self.tls_on_http) = (https, true, None);
+                    }
+                    return;
+                }
+                "80" => false,
+                _ => true,
+            },
+        };
+        if unverified_http {
+            self.skip_verify = true;
+            self.tls_on_http = Some(port);
+        }
+    }
+}
+
+/// The https form of http base `base` whose port is written `port` (empty: none): no port for
+/// https's own, a port written 0080 is 80. None if `base` cannot be read.
+fn https_form(base: &str, port: &str) -> Option<String> {
+    let u = url::Url::parse(base).ok()?;
+    let host = u.host_str()?;
+    match (port.is_empty(), u.port_or_known_default()) {
+        (true, _) | (false, Some(443)) => Some(format!("https://{host}")),
+        (false, Some(p)) => Some(format!("https://{host}:{p}")),
+        (false, None) => None,
+    }
+}
+
+/// containerd's `docker.IsLocalhost`: registry `host` (its port split off as Go's
+/// `net.SplitHostPort` does; a bracketed address without a port is not split) is `localhost`
+/// or a loopback address as Go's `net.ParseIP` reads it (an IPv4-mapped one too).
+pub fn is_localhost(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once("]:") {
+            Some((addr, port)) if !port.contains(':') && !addr.contains('[') => addr,
+            _ => host,
+        },
+        None => match host.split_once(':') {
+            Some((name, port)) if !port.contains(':') => name,
+            _ => host,
+        },
+    };
+    if name == "localhost" {
+        return true;
+    }
+    match name.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => a.is_loopback(),
+        Ok(std::net::IpAddr::V6(a)) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|m| m.is_loopback()),
+        Err(_) => false,
     }
 }
 
@@ -229,6 +294,13 @@ fn default_server(host: &str, plain_http: bool) -> String {
     format!("{}://{host}", if plain_http { "http" } else { "https" })
 }
 
+/// The registry's own server as an endpoint ([`default_server`]); a loopback registry's
+/// ([`is_localhost`]) in its plain http form, marked for [`Endpoint::read_as`].
+fn default_endpoint(host: &str, plain_http: bool) -> Endpoint {
+    let loopback = host != DOCKER_HUB && is_localhost(host);
+    Endpoint { base: default_server(host, plain_http || loopback), loopback: loopback.then(|| (written_port(host).to_string(), plain_http)), ..Endpoint::default() }
+}
+
 /// Whether requests for registry `registry` sent to a server that names itself `authority`
 /// (`host[:port]` as the server value writes it, Go's `url.URL.Host`) go through a mirror or
 /// proxy, as containerd's resolver decides when it adds `?ns=REGISTRY` to them: the server is
@@ -257,7 +329,7 @@ pub fn endpoint(host: &str, hosts_dir: Option<&Path>, plain_http: bool, server: 
         let bad = |reason| HostsError::Invalid { path: PathBuf::from("(request)"), reason };
         return at_server(s, host).map_err(bad);
     }
-    let default = Endpoint { base: default_server(host, plain_http), ..Endpoint::default() };
+    let default = default_endpoint(host, plain_http);
     let Some(dir) = hosts_dir else { return Ok(default) };
     let Some(hdir) = host_dir(dir, host)? else { return Ok(default) };
     let path = hdir.join("hosts.toml");
@@ -444,9 +516,9 @@ pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<En
     let (server, mut ep) = match f.server.as_deref() {
         Some(s) => (with_scheme(s).into_owned(), at_server(s, host)?),
         None => {
-            let server = default_server(host, plain_http);
-            let (base, _) = normalize_server(&server)?;
-            (server, Endpoint { base, ..Endpoint::default() })
+            let mut ep = default_endpoint(host, plain_http);
+            ep.base = normalize_server(&ep.base)?.0;
+            (default_server(host, plain_http), ep)
         }
     };
     // containerd's explicitTLS: skip_verify set at all, a ca (even an empty list), or (once
@@ -581,6 +653,70 @@ mod tests {
         let mut req = endpoint("reg.io", None, false, Some("http://127.0.0.1:5000")).unwrap();
         req.read_as(Always);
         assert_eq!((req.base.as_str(), req.plain_fallback), ("http://127.0.0.1:5000", None), "a request's server");
+    }
+
+    /// A loopback registry with no server named is asked as containerd's default host asks it
+    /// (core/remotes/docker/config/hosts.go, `docker.IsLocalhost`): unverified, and by version
+    /// in plain http, over https first, or over https only.
+    #[test]
+    fn a_loopback_registry_is_asked_as_containerd_asks_it() {
+        use HttpWithTls::*;
+        let d = tempfile::tempdir().unwrap();
+        let at = |host: &str, plain_http: bool, dir: Option<&Path>, r: HttpWithTls| {
+            let mut e = endpoint(host, dir, plain_http, None).unwrap();
+            e.read_as(r);
+            (e.base, e.skip_verify, e.plain_fallback, e.refused_falls_back)
+        };
+        let plain = |base: &str| (base.to_string(), false, None, false);
+        let unverified_plain = |base: &str| (base.to_string(), true, None, false);
+        let https_only = |base: &str| (base.to_string(), true, None, false);
+        let first = |https: &str, http: &str| (https.to_string(), true, Some(http.to_string()), false);
+        for host in ["localhost:5000", "127.0.0.1:5000", "127.9.8.7:5000", "[::1]:5000", "[::ffff:127.0.0.1]:5000"] {
+            let http = format!("http://{host}");
+            let https = format!("https://{}", host.replace("[::ffff:127.0.0.1]", "[::ffff:7f00:1]"));
+            // 1.6 before 1.6.25, 1.7 before 1.7.7: plain http, with --plain-http or without.
+            assert_eq!(at(host, false, None, AsWritten), unverified_plain(&http), "{host}");
+            assert_eq!(at(host, true, None, AsWritten), unverified_plain(&http), "{host}");
+            // 1.7.7: https first (unverified) whatever --plain-http says, then plain http.
+            assert_eq!(at(host, false, None, Always), first(&https, &http), "{host}");
+            assert_eq!(at(host, true, None, Always), first(&https, &http), "{host}");
+            // From 1.6.25, 1.7.8 and in 2.x: https first without --plain-http, plain with it.
+            for r in [PortNot80, UnlessPort80] {
+                assert_eq!(at(host, false, None, r), first(&https, &http), "{host} {r:?}");
+                assert_eq!(at(host, true, None, r), plain(&http), "{host} {r:?}");
+            }
+        }
+        for r in [PortNot80, UnlessPort80] {
+            // No port, or 443: https only (unverified); port 80: plain http.
+            assert_eq!(at("localhost", false, None, r), https_only("https://localhost"), "{r:?}");
+            assert_eq!(at("127.0.0.1:443", false, None, r), https_only("https://127.0.0.1"), "{r:?}");
+            assert_eq!(at("localhost:80", false, None, r), plain("http://localhost:80"), "{r:?}");
+            // "0443" is not "443" to Go: https first, on port 443.
+            assert_eq!(at("localhost:0443", false, None, r), first("https://localhost", "http://localhost:0443"), "{r:?}");
+        }
+        assert_eq!(at("localhost", false, None, AsWritten), unverified_plain("http://localhost"));
+        assert_eq!(at("localhost", false, None, Always), first("https://localhost", "http://localhost"));
+        // Not loopback to containerd: asked over https, verified.
+        for host in ["LOCALHOST:5000", "localhost.example:5000", "[::1]", "127.0.0.01:5000", "0.0.0.0:5000", "10.0.0.1:5000", "128.0.0.1:5000"] {
+            assert_eq!(at(host, false, None, UnlessPort80), plain(&format!("https://{host}")), "{host}");
+            assert!(!is_localhost(host), "{host}");
+        }
+        for host in ["localhost", "localhost:", "127.0.0.1", "::1", "[::1]:80", "[::ffff:127.0.0.1]:1"] {
+            assert!(is_localhost(host), "{host}");
+        }
+        // Its hosts directory's CA files and TLS settings do not make containerd verify it...
+        std::fs::create_dir_all(d.path().join("127.0.0.1_5000_")).unwrap();
+        std::fs::write(d.path().join("127.0.0.1_5000_/ca.crt"), "x").unwrap();
+        assert_eq!(at("127.0.0.1:5000", false, Some(d.path()), UnlessPort80), first("https://127.0.0.1:5000", "http://127.0.0.1:5000"));
+        std::fs::write(d.path().join("127.0.0.1_5000_/hosts.toml"), "skip_verify = false\nca = \"ca.crt\"\n").unwrap();
+        assert_eq!(at("127.0.0.1:5000", false, Some(d.path()), UnlessPort80), first("https://127.0.0.1:5000", "http://127.0.0.1:5000"));
+        // ... but with --plain-http they make it an http server with TLS settings (verified).
+        let mut e = endpoint("127.0.0.1:5000", Some(d.path()), true, None).unwrap();
+        e.read_as(UnlessPort80);
+        assert_eq!((e.base.as_str(), e.skip_verify, e.plain_fallback.as_deref()), ("https://127.0.0.1:5000", false, Some("http://127.0.0.1:5000")));
+        // A server named for it is asked as named.
+        std::fs::write(d.path().join("127.0.0.1_5000_/hosts.toml"), "server = \"https://127.0.0.1:5000\"\nca = \"ca.crt\"\n").unwrap();
+        assert_eq!(at("127.0.0.1:5000", false, Some(d.path()), UnlessPort80), plain("https://127.0.0.1:5000"));
     }
 
     /// As containerd's `DefaultScheme` (ctr's `--plain-http`): the registry's own server only;
