@@ -121,8 +121,9 @@ refused_no_grant() {
   out=$(pg verify -n "$2" --user "alice:$PW" "$IMG" 2>&1); rc=$?
   if [ "$rc" -ne 0 ] && grep -qiE -- "$3" <<<"$out"; then pass "$1: refused (exit $rc: $out)"; else fail "$1: want a refusal matching /$3/, got exit $rc: $out"; fi
   check_no_grants "$1: no grant in $2" "$2"
+  # (ctr's own log lines, such as 2.4's cgroup v1 warning, name no image.)
   local imgs; imgs=$(ctr_ -n "$2" images ls -q 2>&1); rc=$?
-  if [ "$rc" -eq 0 ] && [ -z "$imgs" ]; then pass "$1: ctr lists no image in $2"; else fail "$1: ctr images ls in $2 (exit $rc): $imgs"; fi
+  if [ "$rc" -eq 0 ] && [ -z "$(grep -v 'level=' <<<"$imgs")" ]; then pass "$1: ctr lists no image in $2"; else fail "$1: ctr images ls in $2 (exit $rc): $imgs"; fi
   if grep -qF -- "$KEYLINE" - "$PG/log" <<<"$out"; then fail "$1: key material in the message or the log"; else pass "$1: no key material in the message or the log"; fi
 }
 hosts_toml "$PORTDIR" ""
