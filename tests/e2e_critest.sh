@@ -72,6 +72,8 @@ YML
 mkdir -p "$WORK/cni/bin" "$WORK/cni/conf"
 for p in bridge host-local loopback portmap; do ln -sf "/usr/lib/cni/$p" "$WORK/cni/bin/$p"; done
 n=$((RANDOM % 200 + 20)); BR=pgcri$n$RANDOM; BR=${BR:0:15}
+# (The bridge plugin makes it and never removes it: removed with the rest at exit.)
+trap 'cleanup; ip link del "$BR" 2>/dev/null' EXIT
 cat > "$WORK/cni/conf/10-pullgate-test.conflist" <<JSON
 {"cniVersion": "0.4.0", "name": "pullgate-test-$n",
  "plugins": [{"type": "bridge", "bridge": "$BR", "isGateway": true, "ipMasq": false,
