@@ -15,9 +15,10 @@
 #      first since 1.6.25/1.7.7, plain http when the port answers it): a TLS registry, a plain one;
 #   7. a registry on the loopback whose server no hosts.toml names, asked as containerd asks it
 #      without --plain-http: a plain http one (plain http, or https first then plain), a TLS one
-#      with a certificate nothing trusts (unverified https since 1.6.25/1.7.7, else refused).
-# The mutual-TLS registries listen on the node's own address: to containerd (and so to pullgate)
-# a loopback registry with no server named is another case (7), asked without verification.
+#      with a certificate from a CA nothing trusts (containerd since 1.6.25/1.7.7 asks it over
+#      https unverified; pullgate checks it, and reaches it once its CA is in its directory).
+# The mutual-TLS registries listen on the node's own address: a loopback registry whose server no
+# hosts.toml names is another case (7).
 # Real containerd of the given version configured from plugin/, a real registry with TLS,
 # clientcas and htpasswd, certificates made here with openssl; driven by ctr and pullgate's CLI.
 # Usage: tests/e2e_tls.sh VERSION
@@ -253,22 +254,39 @@ LREG=127.0.0.1:$PORT_1
 skopeo copy --quiet --dest-tls-verify=false --dest-creds "alice:$PW" "oci:$WORK/img:v1" "docker://$LREG/private/app:v1" >/dev/null \
   || fail "push to the loopback TLS registry"
 check "(its certificate is from a CA nothing here trusts: curl refuses it)" not curl -s -o /dev/null "https://$LREG/v2/"
-if [ "$FIRST" = 1 ]; then
-  check "ctr content fetch reaches the loopback TLS registry, unverified (containerd $CV) (-n t12c)" \
-    ctr_ -n t12c content fetch --hosts-dir "$HOSTS" --user "alice:$PW" "$LREG/private/app:v1"
-  check "pullgate pull reaches it too (-n t12)" pg pull -n t12 --user "alice:$PW" "$LREG/private/app:v1"
-  check "t12's grant names the https origin" grant_origin t12 "$LREG/private/app"
-  check_out "the image runs in t12" "hello over mutual TLS" ctr_ -n t12 run --rm --snapshotter pullgate "$LREG/private/app:v1" tls-run-t12
-else
-  check_err "containerd $CV asks it in plain http: ctr content fetch is refused by the TLS port (-n t12c)" "400" \
-    ctr_ -n t12c content fetch --hosts-dir "$HOSTS" --user "alice:$PW" "$LREG/private/app:v1"
-  check_err "and so does pullgate (-n t12)" "400" pg pull -n t12 --user "alice:$PW" "$LREG/private/app:v1"
-  check_no_grants "no grant in t12" t12
-fi
 # --plain-http (containerd's DefaultScheme) asks it in plain http: refused by the TLS port.
 check_err "ctr content fetch --plain-http is refused by the loopback TLS registry (-n t13c)" "400" \
   ctr_ -n t13c content fetch --plain-http --hosts-dir "$HOSTS" --user "alice:$PW" "$LREG/private/app:v1"
 check_err "and so is pullgate pull --plain-http (-n t13)" "400" pg pull -n t13 --plain-http --user "alice:$PW" "$LREG/private/app:v1"
 check_no_grants "no grant in t13" t13
+LDIRH=$HOSTS/127.0.0.1_${LREG#*:}_
+if [ "$FIRST" = 1 ]; then
+  # containerd asks it over https without checking its certificate; pullgate checks it (a
+  # loopback port answers for whichever local process holds it), and says how to trust it.
+  check "ctr content fetch reaches the loopback TLS registry, unverified (containerd $CV) (-n t12c)" \
+    ctr_ -n t12c content fetch --hosts-dir "$HOSTS" --user "alice:$PW" "$LREG/private/app:v1"
+  check_err "pullgate pull checks its certificate: refused, saying where its CA goes (-n t12)" \
+    "certificate.*put its CA in the registry's hosts directory" pg pull -n t12 --user "alice:$PW" "$LREG/private/app:v1"
+  check_no_grants "no grant in t12" t12
+  mkdir -p "$LDIRH"; cp "$T/otherca.pem" "$LDIRH/ca.crt"
+  check "with its CA in the registry's directory (certs.d), pullgate pull reaches it (-n t12)" pg pull -n t12 --user "alice:$PW" "$LREG/private/app:v1"
+  check "t12's grant names the https origin" grant_origin t12 "$LREG/private/app"
+  check_out "the image runs in t12" "hello over mutual TLS" ctr_ -n t12 run --rm --snapshotter pullgate "$LREG/private/app:v1" tls-run-t12
+  # A CA file is a TLS setting to containerd: with --plain-http too, https first.
+  check "with the CA file, ctr content fetch --plain-http reaches it over https first (-n t14c)" \
+    ctr_ -n t14c content fetch --plain-http --hosts-dir "$HOSTS" --user "alice:$PW" "$LREG/private/app:v1"
+  check "and so does pullgate pull --plain-http (-n t14)" pg pull -n t14 --plain-http --user "alice:$PW" "$LREG/private/app:v1"
+  check "t14's grant names the https origin" grant_origin t14 "$LREG/private/app"
+else
+  check_err "containerd $CV asks it in plain http: ctr content fetch is refused by the TLS port (-n t12c)" "400" \
+    ctr_ -n t12c content fetch --hosts-dir "$HOSTS" --user "alice:$PW" "$LREG/private/app:v1"
+  check_err "and so does pullgate (-n t12)" "400" pg pull -n t12 --user "alice:$PW" "$LREG/private/app:v1"
+  check_no_grants "no grant in t12" t12
+  mkdir -p "$LDIRH"; cp "$T/otherca.pem" "$LDIRH/ca.crt"
+  check_err "with its CA file too, containerd $CV asks it in plain http: refused (-n t14c)" "400" \
+    ctr_ -n t14c content fetch --plain-http --hosts-dir "$HOSTS" --user "alice:$PW" "$LREG/private/app:v1"
+  check_err "and so does pullgate (-n t14)" "400" pg pull -n t14 --plain-http --user "alice:$PW" "$LREG/private/app:v1"
+  check_no_grants "no grant in t14" t14
+fi
 
 summary "TLS registries (containerd $V)"

@@ -556,3 +556,33 @@ fn a_proxy_is_told_apart_as_containerd_tells_it() {
     // docker.io itself serves no registry API: refused as a server.
     assert!(hosts::endpoint("evil.example", None, false, Some("https://docker.io")).is_err());
 }
+
+/// A challenge a plain http endpoint gave is kept for moments only: whatever answered on that
+/// port once (a process that held it while the registry was down) cannot name, later, the token
+/// service a tenant's password goes to.
+#[test]
+fn a_plain_http_endpoints_challenge_is_kept_for_moments_only() {
+    let (tport, tlog) = serve("127.0.0.1", Arc::new(|_: &Seen, _| reply(200, &[], br#"{"token":"evil-tok"}"#)));
+    let impostor = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let now_impostor = impostor.clone();
+    let (port, _) = serve("127.0.0.1", Arc::new(move |s: &Seen, port| {
+        let ok = |b: &[u8]| reply(200, &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")], b);
+        let (realm, token) = match now_impostor.load(std::sync::atomic::Ordering::SeqCst) {
+            true => (format!("http://127.0.0.1:{tport}/token"), "Bearer evil-tok"),
+            false if s.line.contains("/token") => return reply(200, &[], br#"{"token":"good"}"#),
+            false => (format!("http://127.0.0.1:{port}/token"), "Bearer good"),
+        };
+        if s.authorization.as_deref() == Some(token) {
+            return ok(MANIFEST.as_bytes());
+        }
+        let ch = format!(r#"Bearer realm="{realm}",service="reg""#);
+        reply(401, &[("WWW-Authenticate", ch.as_str())], b"")
+    }));
+    rt().block_on(session(port, "team/app", Some("mallory:pw")).get_manifest("v1")).unwrap();
+    impostor.store(false, std::sync::atomic::Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(5300));
+    tlog.lock().unwrap().clear();
+    rt().block_on(session(port, "team/app", Some("alice:S3cret-victim")).get_manifest("v1")).unwrap();
+    let seen: Vec<String> = tlog.lock().unwrap().iter().map(|s| format!("{} {}", s.line, s.body)).collect();
+    assert!(seen.is_empty(), "the token service the earlier answer named was asked: {seen:?}");
+}

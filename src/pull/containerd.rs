@@ -125,7 +125,8 @@ pub fn honours_shareable(version: &str) -> bool {
 
 /// How a containerd of this version asks an `http://` server with TLS settings: as written
 /// before 1.6.25 and 1.7.7, over https first from then on (`hosts::HttpWithTls`; 1.7.24 took
-/// 2.x's reading); a version that cannot be read is taken as the newest reading.
+/// 2.x's reading), and a loopback registry's own server (a default of its own from 1.6.9); a
+/// version that cannot be read is taken as the newest reading.
 pub fn http_with_tls(version: &str) -> crate::registry::hosts::HttpWithTls {
     use crate::registry::hosts::HttpWithTls::*;
     match version_parts(version) {
@@ -134,7 +135,9 @@ pub fn http_with_tls(version: &str) -> crate::registry::hosts::HttpWithTls {
         (1, 7, 7) => Always,
         (1, 7, p) if p >= 24 => UnlessPort80,
         (1, 7, p) if p >= 8 => PortNot80,
-        (0 | 1, _, _) => AsWritten,
+        (1, 7, _) => AsWritten,
+        (1, 6, p) if p >= 9 => AsWritten,
+        (0 | 1, _, _) => BeforeLoopback,
         _ => UnlessPort80,
     }
 }
@@ -896,10 +899,14 @@ mod tests {
     fn https_first_as_each_version_reads_it() {
         use crate::registry::hosts::HttpWithTls::*;
         for (v, r) in [
+            ("1.5.18", BeforeLoopback),
+            ("v1.6.8", BeforeLoopback),
+            ("1.6.9", AsWritten),
             ("1.6.20~ds1", AsWritten),
             ("v1.6.24", AsWritten),
             ("1.6.25", PortNot80),
             ("1.6.36", PortNot80),
+            ("1.7.0", AsWritten),
             ("1.7.6", AsWritten),
             ("1.7.7", Always),
             ("1.7.8", PortNot80),

@@ -43,16 +43,19 @@ pub struct Endpoint {
     /// on 80).
     pub refused_falls_back: bool,
     /// The registry's own server (no server named) for a loopback registry, as containerd's
-    /// `docker.IsLocalhost` tells it ([`is_localhost`]): its port as written and whether
-    /// `--plain-http` was given. containerd asks it without verifying its certificate, and by
-    /// version in plain http, or over https first, or over https only ([`Endpoint::read_as`]).
+    /// `docker.IsLocalhost` tells it ([`is_localhost`]): the registry's name as written and
+    /// whether `--plain-http` was given. By version containerd asks it in plain http, over https
+    /// first, or over https only ([`Endpoint::read_as`]).
     pub loopback: Option<(String, bool)>,
 }
 
 /// How a containerd version asks an `http://` server with TLS settings (its `explicitTLS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HttpWithTls {
-    /// As written, plain http (1.6 before 1.6.25, 1.7 before 1.7.7).
+    /// As written, plain http, and a loopback registry's own server over https like any
+    /// other's (before 1.6.9: no loopback default yet).
+    BeforeLoopback,
+    /// As written, plain http (1.6.9 to 1.6.24, 1.7 before 1.7.7).
     AsWritten,
     /// Over https first when the server names a port other than 80 (1.6.25 on, 1.7.8 to 1.7.23).
     PortNot80,
@@ -70,12 +73,14 @@ impl Endpoint {
     /// becomes its https form with the server as written as `plain_fallback`, or stays as
     /// written. Nothing changes for any other endpoint.
     pub fn read_as(&mut self, r: HttpWithTls) {
-        if let Some((port, plain_http)) = self.loopback.take() {
-            self.read_loopback_as(r, port, plain_http);
+        if let Some((host, plain_http)) = self.loopback.take() {
+            if self.read_loopback_as(r, &host, plain_http) {
+                return;
+            }
         }
         let Some(port) = self.tls_on_http.take() else { return };
         let first = match r {
-            HttpWithTls::AsWritten => false,
+            HttpWithTls::BeforeLoopback | HttpWithTls::AsWritten => false,
             HttpWithTls::PortNot80 => !port.is_empty() && port != "80",
             HttpWithTls::UnlessPort80 => port != "80",
             HttpWithTls::Always => true,
@@ -87,30 +92,37 @@ impl Endpoint {
 }
 
 impl Endpoint {
-    /// containerd's default server for a loopback registry (`base` its plain http form): before
-    /// 1.6.25 and 1.7.8 (and 1.7.7, with `--plain-http` too) http with skip_verify, which is an
-    /// http server with TLS settings; from them on, without `--plain-http`, https only when the
-    /// port is none or 443, plain http on port 80, else http with skip_verify again. What
-    /// `read_as` then does with an http server with TLS settings follows.
-    fn read_loopback_as(&mut self, r: HttpWithTls, port: String, plain_http: bool) {
-        let unverified_http = match r {
-            HttpWithTls::AsWritten | HttpWithTls::Always => true,
-            HttpWithTls::PortNot80 | HttpWithTls::UnlessPort80 if plain_http => false,
-            HttpWithTls::PortNot80 | HttpWithTls::UnlessPort80 => match port.as_str() {
-                "" | "443" => {
-                    if let Some(https) = https_form(&self.base, &port) {
-                        (self.base, self.skip_verify, self.tls_on_http) = (https, true, None);
-                    }
-                    return;
-                }
-                "80" => false,
-                _ => true,
-            },
-        };
-        if unverified_http {
-            self.skip_verify = true;
-            self.tls_on_http = Some(port);
+    /// containerd's default server for loopback registry `host` (`base` its plain http form):
+    /// from 1.6.9 http with skip_verify, which is an http server with TLS settings (plain http
+    /// before 1.6.25 and 1.7.7; 1.7.7 https first also with `--plain-http`); from 1.6.25 and
+    /// 1.7.8, without `--plain-http`, https only when the port is none or 443, plain http on
+    /// port 80, else https first again. pullgate checks the certificate all the same, unless
+    /// the operator's hosts.toml says `skip_verify` (containerd skips it): a loopback port
+    /// answers for whichever local process holds it, and what an unverified answer is worth
+    /// must not be recorded beside what a verified one is. Its https forms keep the name as
+    /// written (`localhost:443`, a port `05000`), as the registry's own server before this
+    /// default did. True when the endpoint is settled (`read_as` has nothing left to do).
+    fn read_loopback_as(&mut self, r: HttpWithTls, host: &str, plain_http: bool) -> bool {
+        use HttpWithTls::*;
+        let port = written_port(host);
+        if plain_http {
+            // DefaultScheme http: plain, or https first for TLS settings (parse and certs_d mark
+            // them); 1.7.7 sets skip_verify there, which is one.
+            if r == Always {
+                self.tls_on_http = Some(port.to_string());
+            }
+            return false;
         }
+        self.tls_on_http = None;
+        let https = format!("https://{host}");
+        match r {
+            AsWritten => {}
+            BeforeLoopback => self.base = https,
+            PortNot80 | UnlessPort80 if matches!(port, "" | "443") => self.base = https,
+            PortNot80 | UnlessPort80 if port == "80" => {}
+            Always | PortNot80 | UnlessPort80 => self.plain_fallback = Some(std::mem::replace(&mut self.base, https)),
+        }
+        true
     }
 }
 
@@ -130,16 +142,7 @@ fn https_form(base: &str, port: &str) -> Option<String> {
 /// `net.SplitHostPort` does; a bracketed address without a port is not split) is `localhost`
 /// or a loopback address as Go's `net.ParseIP` reads it (an IPv4-mapped one too).
 pub fn is_localhost(host: &str) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(rest) => match rest.split_once("]:") {
-            Some((addr, port)) if !port.contains(':') && !addr.contains('[') => addr,
-            _ => host,
-        },
-        None => match host.split_once(':') {
-            Some((name, port)) if !port.contains(':') => name,
-            _ => host,
-        },
-    };
+    let name = split_host_port(host).map_or(host, |(name, _)| name);
     if name == "localhost" {
         return true;
     }
@@ -153,13 +156,30 @@ pub fn is_localhost(host: &str) -> bool {
 /// The port of `host[:port]` as Go's `net.SplitHostPort` gives it (as written; empty when it
 /// names none or cannot be split, as containerd takes a failed split).
 fn written_port(authority: &str) -> &str {
-    match authority.strip_prefix('[') {
-        Some(rest) => rest.split_once(']').and_then(|(_, after)| after.strip_prefix(':')).filter(|p| !p.contains(':')).unwrap_or(""),
-        None => match authority.split_once(':') {
-            Some((_, p)) if !p.contains(':') => p,
-            _ => "",
-        },
+    split_host_port(authority).map_or("", |(_, port)| port)
+}
+
+/// Go's `net.SplitHostPort`: host and port, None where it fails (no port; a colon in an
+/// unbracketed host; anything between `]` and the port's colon; a stray bracket).
+fn split_host_port(hostport: &str) -> Option<(&str, &str)> {
+    let colon = hostport.rfind(':')?;
+    let (host, from, after) = if hostport.starts_with('[') {
+        let end = hostport.find(']')?;
+        if end + 1 != colon {
+            return None;
+        }
+        (&hostport[1..end], 1, end + 1)
+    } else {
+        let host = &hostport[..colon];
+        if host.contains(':') {
+            return None;
+        }
+        (host, 0, 0)
+    };
+    if hostport[from..].contains('[') || hostport[after..].contains(']') {
+        return None;
     }
+    Some((host, &hostport[colon + 1..]))
 }
 
 /// A client certificate file and its private key's file (None: the key is in the
@@ -298,7 +318,7 @@ fn default_server(host: &str, plain_http: bool) -> String {
 /// ([`is_localhost`]) in its plain http form, marked for [`Endpoint::read_as`].
 fn default_endpoint(host: &str, plain_http: bool) -> Endpoint {
     let loopback = host != DOCKER_HUB && is_localhost(host);
-    Endpoint { base: default_server(host, plain_http || loopback), loopback: loopback.then(|| (written_port(host).to_string(), plain_http)), ..Endpoint::default() }
+    Endpoint { base: default_server(host, plain_http || loopback), loopback: loopback.then(|| (host.to_string(), plain_http)), ..Endpoint::default() }
 }
 
 /// Whether requests for registry `registry` sent to a server that names itself `authority`
@@ -398,6 +418,13 @@ fn certs_d(dir: &Path, mut ep: Endpoint) -> Result<Endpoint, HostsError> {
                 Err(e) => return Err(HostsError::Invalid { path: key, reason: e.to_string() }),
             };
             ep.client.push(ClientPair { cert: dir.join(&name), key });
+        }
+    }
+    // Certificate files are TLS settings to containerd: an http server (`--plain-http`) with
+    // them is asked as one (`read_as`).
+    if !ep.ca.is_empty() || !ep.client.is_empty() {
+        if let Some(authority) = ep.base.strip_prefix("http://") {
+            ep.tls_on_http = Some(written_port(authority).to_string());
         }
     }
     Ok(ep)
@@ -656,8 +683,8 @@ mod tests {
     }
 
     /// A loopback registry with no server named is asked as containerd's default host asks it
-    /// (core/remotes/docker/config/hosts.go, `docker.IsLocalhost`): unverified, and by version
-    /// in plain http, over https first, or over https only.
+    /// (core/remotes/docker/config/hosts.go, `docker.IsLocalhost`): by version in plain http,
+    /// over https first, or over https only; its certificate checked all the same.
     #[test]
     fn a_loopback_registry_is_asked_as_containerd_asks_it() {
         use HttpWithTls::*;
@@ -667,56 +694,65 @@ mod tests {
             e.read_as(r);
             (e.base, e.skip_verify, e.plain_fallback, e.refused_falls_back)
         };
-        let plain = |base: &str| (base.to_string(), false, None, false);
-        let unverified_plain = |base: &str| (base.to_string(), true, None, false);
-        let https_only = |base: &str| (base.to_string(), true, None, false);
-        let first = |https: &str, http: &str| (https.to_string(), true, Some(http.to_string()), false);
-        for host in ["localhost:5000", "127.0.0.1:5000", "127.9.8.7:5000", "[::1]:5000", "[::ffff:127.0.0.1]:5000"] {
-            let http = format!("http://{host}");
-            let https = format!("https://{}", host.replace("[::ffff:127.0.0.1]", "[::ffff:7f00:1]"));
-            // 1.6 before 1.6.25, 1.7 before 1.7.7: plain http, with --plain-http or without.
-            assert_eq!(at(host, false, None, AsWritten), unverified_plain(&http), "{host}");
-            assert_eq!(at(host, true, None, AsWritten), unverified_plain(&http), "{host}");
-            // 1.7.7: https first (unverified) whatever --plain-http says, then plain http.
+        let only = |base: &str| (base.to_string(), false, None, false);
+        let first = |https: &str, http: &str| (https.to_string(), false, Some(http.to_string()), false);
+        for host in ["localhost:5000", "127.0.0.1:5000", "127.9.8.7:5000", "[::1]:5000", "[::ffff:127.0.0.1]:5000", "127.0.0.1:05000"] {
+            let (http, https) = (format!("http://{host}"), format!("https://{host}"));
+            // Before 1.6.9: https like any registry; with --plain-http, plain.
+            assert_eq!(at(host, false, None, BeforeLoopback), only(&https), "{host}");
+            assert_eq!(at(host, true, None, BeforeLoopback), only(&http), "{host}");
+            // 1.6.9 to 1.6.24, 1.7 before 1.7.7: plain http, with --plain-http or without.
+            assert_eq!(at(host, false, None, AsWritten), only(&http), "{host}");
+            assert_eq!(at(host, true, None, AsWritten), only(&http), "{host}");
+            // 1.7.7: https first whatever --plain-http says, then plain http.
             assert_eq!(at(host, false, None, Always), first(&https, &http), "{host}");
-            assert_eq!(at(host, true, None, Always), first(&https, &http), "{host}");
+            assert_eq!(at(host, true, None, Always).2, Some(http.clone()), "{host}");
             // From 1.6.25, 1.7.8 and in 2.x: https first without --plain-http, plain with it.
             for r in [PortNot80, UnlessPort80] {
                 assert_eq!(at(host, false, None, r), first(&https, &http), "{host} {r:?}");
-                assert_eq!(at(host, true, None, r), plain(&http), "{host} {r:?}");
+                assert_eq!(at(host, true, None, r), only(&http), "{host} {r:?}");
             }
         }
         for r in [PortNot80, UnlessPort80] {
-            // No port, or 443: https only (unverified); port 80: plain http.
-            assert_eq!(at("localhost", false, None, r), https_only("https://localhost"), "{r:?}");
-            assert_eq!(at("127.0.0.1:443", false, None, r), https_only("https://127.0.0.1"), "{r:?}");
-            assert_eq!(at("localhost:80", false, None, r), plain("http://localhost:80"), "{r:?}");
-            // "0443" is not "443" to Go: https first, on port 443.
-            assert_eq!(at("localhost:0443", false, None, r), first("https://localhost", "http://localhost:0443"), "{r:?}");
+            // No port, or 443: https only; port 80: plain http. The name as written.
+            assert_eq!(at("localhost", false, None, r), only("https://localhost"), "{r:?}");
+            assert_eq!(at("127.0.0.1:443", false, None, r), only("https://127.0.0.1:443"), "{r:?}");
+            assert_eq!(at("localhost:80", false, None, r), only("http://localhost:80"), "{r:?}");
+            // "0443" is not "443" to Go: https first.
+            assert_eq!(at("localhost:0443", false, None, r), first("https://localhost:0443", "http://localhost:0443"), "{r:?}");
         }
-        assert_eq!(at("localhost", false, None, AsWritten), unverified_plain("http://localhost"));
+        assert_eq!(at("localhost", false, None, AsWritten), only("http://localhost"));
         assert_eq!(at("localhost", false, None, Always), first("https://localhost", "http://localhost"));
-        // Not loopback to containerd: asked over https, verified.
-        for host in ["LOCALHOST:5000", "localhost.example:5000", "[::1]", "127.0.0.01:5000", "0.0.0.0:5000", "10.0.0.1:5000", "128.0.0.1:5000"] {
-            assert_eq!(at(host, false, None, UnlessPort80), plain(&format!("https://{host}")), "{host}");
+        // Not loopback to containerd: asked over https.
+        for host in ["LOCALHOST:5000", "localhost.example:5000", "[::1]", "127.0.0.01:5000", "0.0.0.0:5000", "10.0.0.1:5000", "128.0.0.1:5000", "[::1]:5]", "localhost:5]", "[[::1]]:5", "127.1:5000"] {
+            assert_eq!(at(host, false, None, UnlessPort80), only(&format!("https://{host}")), "{host}");
             assert!(!is_localhost(host), "{host}");
         }
         for host in ["localhost", "localhost:", "127.0.0.1", "::1", "[::1]:80", "[::ffff:127.0.0.1]:1"] {
             assert!(is_localhost(host), "{host}");
         }
-        // Its hosts directory's CA files and TLS settings do not make containerd verify it...
+        // Its certs.d CA files are used, and only the operator's skip_verify skips the check.
         std::fs::create_dir_all(d.path().join("127.0.0.1_5000_")).unwrap();
         std::fs::write(d.path().join("127.0.0.1_5000_/ca.crt"), "x").unwrap();
-        assert_eq!(at("127.0.0.1:5000", false, Some(d.path()), UnlessPort80), first("https://127.0.0.1:5000", "http://127.0.0.1:5000"));
-        std::fs::write(d.path().join("127.0.0.1_5000_/hosts.toml"), "skip_verify = false\nca = \"ca.crt\"\n").unwrap();
-        assert_eq!(at("127.0.0.1:5000", false, Some(d.path()), UnlessPort80), first("https://127.0.0.1:5000", "http://127.0.0.1:5000"));
-        // ... but with --plain-http they make it an http server with TLS settings (verified).
-        let mut e = endpoint("127.0.0.1:5000", Some(d.path()), true, None).unwrap();
+        let mut e = endpoint("127.0.0.1:5000", Some(d.path()), false, None).unwrap();
         e.read_as(UnlessPort80);
-        assert_eq!((e.base.as_str(), e.skip_verify, e.plain_fallback.as_deref()), ("https://127.0.0.1:5000", false, Some("http://127.0.0.1:5000")));
+        assert_eq!((e.base.as_str(), e.skip_verify, e.ca.len(), e.plain_fallback.as_deref()), ("https://127.0.0.1:5000", false, 1, Some("http://127.0.0.1:5000")));
+        std::fs::write(d.path().join("127.0.0.1_5000_/hosts.toml"), "skip_verify = true\n").unwrap();
+        assert_eq!(at("127.0.0.1:5000", false, Some(d.path()), UnlessPort80), ("https://127.0.0.1:5000".into(), true, Some("http://127.0.0.1:5000".into()), false));
+        // With --plain-http, TLS settings make it an http server with TLS settings.
+        std::fs::write(d.path().join("127.0.0.1_5000_/hosts.toml"), "ca = \"ca.crt\"\n").unwrap();
+        assert_eq!(at("127.0.0.1:5000", true, Some(d.path()), UnlessPort80), first("https://127.0.0.1:5000", "http://127.0.0.1:5000"));
+        assert_eq!(at("127.0.0.1:5000", true, Some(d.path()), AsWritten), only("http://127.0.0.1:5000"));
+        // So do certs.d's files (containerd's explicit TLS), for any registry.
+        std::fs::remove_file(d.path().join("127.0.0.1_5000_/hosts.toml")).unwrap();
+        assert_eq!(at("127.0.0.1:5000", true, Some(d.path()), UnlessPort80), first("https://127.0.0.1:5000", "http://127.0.0.1:5000"));
+        std::fs::create_dir_all(d.path().join("reg.io_5000_")).unwrap();
+        std::fs::write(d.path().join("reg.io_5000_/ca.crt"), "x").unwrap();
+        assert_eq!(at("reg.io:5000", true, Some(d.path()), UnlessPort80), first("https://reg.io:5000", "http://reg.io:5000"));
+        assert_eq!(at("reg.io:5000", false, Some(d.path()), UnlessPort80), only("https://reg.io:5000"));
         // A server named for it is asked as named.
         std::fs::write(d.path().join("127.0.0.1_5000_/hosts.toml"), "server = \"https://127.0.0.1:5000\"\nca = \"ca.crt\"\n").unwrap();
-        assert_eq!(at("127.0.0.1:5000", false, Some(d.path()), UnlessPort80), plain("https://127.0.0.1:5000"));
+        assert_eq!(at("127.0.0.1:5000", false, Some(d.path()), UnlessPort80), only("https://127.0.0.1:5000"));
     }
 
     /// As containerd's `DefaultScheme` (ctr's `--plain-http`): the registry's own server only;

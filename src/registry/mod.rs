@@ -214,6 +214,9 @@ pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<re
         .pool_max_idle_per_host(POOL_IDLE_PER_HOST)
         .user_agent(concat!("pullgate/", env!("CARGO_PKG_VERSION")))
         .danger_accept_invalid_certs(ep.skip_verify);
+    if key.direct {
+        b = b.no_proxy();
+    }
     for (pem, ca) in key.cas.iter().zip(&ep.ca) {
         let cert = reqwest::Certificate::from_pem(pem).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
         b = b.add_root_certificate(cert);
@@ -237,12 +240,26 @@ pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<re
     Ok(client)
 }
 
+/// Whether URL `base` names `localhost` or a loopback address (Go's httpproxy rule).
+fn is_loopback_url(base: &str) -> bool {
+    match url::Url::parse(base).ok().as_ref().and_then(url::Url::host) {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|m| m.is_loopback()),
+        None => false,
+    }
+}
+
 /// What makes two endpoints' HTTP clients the same: every setting `http_client` takes from
 /// the endpoint or the caller (a new one must be added here, or endpoints would share clients
 /// built for another).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct ClientKey {
     skip_verify: bool,
+    /// A loopback endpoint is never reached through the environment's HTTP(S)_PROXY, as Go's
+    /// `http.ProxyFromEnvironment` (containerd's transport) never proxies `localhost` or a
+    /// loopback address; reqwest would, unless NO_PROXY named it.
+    direct: bool,
     cas: Vec<Vec<u8>>,
     client: Option<ClientIdentity>,
     timeout: Option<Duration>,
@@ -256,7 +273,7 @@ impl ClientKey {
             cas.push(hosts::read_small_file(ca, hosts::MAX_CERT_FILE).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?);
         }
         let client = ep.client.first().map(ClientIdentity::read).transpose()?;
-        Ok(ClientKey { skip_verify: ep.skip_verify, cas, client, timeout })
+        Ok(ClientKey { skip_verify: ep.skip_verify, direct: is_loopback_url(&ep.base), cas, client, timeout })
     }
 }
 
@@ -308,21 +325,32 @@ const POOL_IDLE_PER_HOST: usize = 2;
 /// The last challenge each registry endpoint gave for each repository (`send`), keyed by
 /// origin ([`origin_at`]: scheme, endpoint, repository, and the registry a proxy answered for).
 /// Only challenges a registry gave itself (never a host it redirected to) are kept; at most
-/// `MAX_CHALLENGES`, then forgotten at once.
-static CHALLENGES: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Challenge>>> = std::sync::LazyLock::new(Default::default);
+/// `MAX_CHALLENGES`, then forgotten at once. An endpoint whose identity nothing checks (plain
+/// http, or https without verification) is whichever process answers there at the time: its
+/// challenge is kept for [`UNVERIFIED_CHALLENGE_TTL`] only, so that what answered there once
+/// cannot name, long after, the realm a later verify sends its credential to.
+static CHALLENGES: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Remembered>>> = std::sync::LazyLock::new(Default::default);
+/// A challenge, and until when it is kept (None: as long as there is room).
+type Remembered = (Challenge, Option<std::time::Instant>);
 const MAX_CHALLENGES: usize = 10_000;
+/// As long as an idle connection is kept ([`POOL_IDLE`]): a burst of pod starts.
+const UNVERIFIED_CHALLENGE_TTL: Duration = POOL_IDLE;
 
 fn remembered_challenge(origin: &str) -> Option<Challenge> {
     let map = CHALLENGES.lock().unwrap_or_else(|p| p.into_inner());
-    map.get(origin).map(|c| Challenge { error: None, ..c.clone() })
+    let (c, until) = map.get(origin)?;
+    until.is_none_or(|t| std::time::Instant::now() < t).then(|| Challenge { error: None, ..c.clone() })
 }
 
-fn remember_challenge(origin: &str, ch: &Challenge) {
+/// Remembers `ch` for `origin`; `verified`: the endpoint's identity was checked (https with
+/// its certificate verified).
+fn remember_challenge(origin: &str, ch: &Challenge, verified: bool) {
     let mut map = CHALLENGES.lock().unwrap_or_else(|p| p.into_inner());
     if map.len() >= MAX_CHALLENGES {
         map.clear();
     }
-    map.insert(origin.to_string(), ch.clone());
+    let until = (!verified).then(|| std::time::Instant::now() + UNVERIFIED_CHALLENGE_TTL);
+    map.insert(origin.to_string(), (ch.clone(), until));
 }
 
 fn forget_challenge(origin: &str) {
@@ -360,6 +388,8 @@ pub struct Session {
     authz: Option<String>,
     /// Set once the credentials have been used for a token or Basic, so a second 401 is final.
     authenticated: bool,
+    /// The endpoint's identity is checked: https with its certificate verified.
+    verified: bool,
     /// Deadline for a whole answer (manifests, tokens) and base deadline for a blob.
     total: Duration,
     /// Where blob downloads report their bytes (a pull shown on a terminal).
@@ -387,6 +417,7 @@ impl Session {
         let http = if cred.is_some() && !ep.client.is_empty() { http_client(&ep, opts.timeout)? } else { bare.clone() };
         let total = opts.timeout.map(|t| t * 2).unwrap_or(Duration::from_secs(60));
         let (ns_query, endpoint, origin) = (ns_query(&ep), endpoint_of(&ep), origin_at(&ep, &r.repo));
+        let verified = ep.base.starts_with("https://") && !ep.skip_verify;
         let plain_fallback = ep.plain_fallback.clone().map(|base| (hosts::Endpoint { base, ns: ep.ns.clone(), ..Default::default() }, ep.refused_falls_back));
         Ok(Session {
             http,
@@ -401,6 +432,7 @@ impl Session {
             cred,
             authz: None,
             authenticated: false,
+            verified,
             total,
             progress: None,
         })
@@ -418,7 +450,7 @@ impl Session {
         match self.bare.get(&url).timeout(self.total).send().await {
             Err(e) if falls_back(&e, refused_too) => {
                 tracing::debug!(server = %plain.base, error = %error_chain(&e), "https there answers plain http (or, without a port, refuses): asked as written, as containerd falls back");
-                (self.base, self.endpoint, self.origin) = (plain.base.clone(), endpoint_of(&plain), origin_at(&plain, &self.repo));
+                (self.base, self.endpoint, self.origin, self.verified) = (plain.base.clone(), endpoint_of(&plain), origin_at(&plain, &self.repo), false);
             }
             _ => {}
         }
@@ -448,9 +480,12 @@ impl Session {
     }
     /// A request that got no answer; an https request answered in plain http says what to do.
     fn request_failed(&self, e: &reqwest::Error) -> RegistryError {
-        let hint = match falls_back(e, false) {
-            true => " (the server answers plain http there: ask it with --plain-http, or name it http://... in its hosts.toml)",
-            false => "",
+        let hint = if falls_back(e, false) {
+            " (the server answers plain http there: ask it with --plain-http, or name it http://... in its hosts.toml)"
+        } else if untrusted_certificate(e) && hosts::is_localhost(&self.host) {
+            " (containerd does not check the certificate of a loopback registry whose server no hosts.toml names; pullgate does: put its CA in the registry's hosts directory, or skip_verify = true in its hosts.toml)"
+        } else {
+            ""
         };
         self.unavailable(format!("{}{hint}", error_chain(e)))
     }
@@ -544,7 +579,7 @@ impl Session {
                         });
                     }
                     self.authenticate(&challenge).await?;
-                    remember_challenge(&self.origin, &challenge);
+                    remember_challenge(&self.origin, &challenge, self.verified);
                 }
                 StatusCode::FORBIDDEN => return Err(self.no_access()),
                 s if s.is_success() || s == StatusCode::NOT_FOUND => return Ok(resp),
@@ -822,6 +857,7 @@ impl Session {
             cred: None,
             authz: None,
             authenticated: false,
+            verified: self.verified,
             total: self.total,
             progress: None,
         };
@@ -985,29 +1021,24 @@ pub fn falls_back(e: &reqwest::Error, refused_too: bool) -> bool {
     if refused_too && e.is_connect() && e.is_timeout() {
         return true;
     }
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(mut x) = src {
-        // An io::Error's source is its inner error's source: the inner error itself (here an
-        // io::Error around rustls's) is its get_ref.
-        loop {
-            if let Some(io) = x.downcast_ref::<std::io::Error>() {
-                use std::io::ErrorKind::*;
-                if refused_too && e.is_connect() && matches!(io.kind(), ConnectionRefused | TimedOut) {
-                    return true;
-                }
-                if let Some(inner) = io.get_ref() {
-                    x = inner;
-                    continue;
-                }
-            }
-            break;
-        }
-        if matches!(x.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType))) {
-            return true;
-        }
-        src = x.source();
-    }
-    false
+    causes(e).any(|x| {
+        let refused = x.downcast_ref::<std::io::Error>().is_some_and(|io| matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::TimedOut));
+        (refused_too && e.is_connect() && refused) || matches!(x.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)))
+    })
+}
+
+/// Whether `e` is a certificate the TLS settings do not trust.
+fn untrusted_certificate(e: &reqwest::Error) -> bool {
+    causes(e).any(|x| matches!(x.downcast_ref::<rustls::Error>(), Some(rustls::Error::InvalidCertificate(_))))
+}
+
+/// `e` and its causes, an io::Error's inner error among them (an io::Error's `source` is its
+/// inner error's source: the inner error itself, here rustls's, is its `get_ref`).
+fn causes<'a>(e: &'a (dyn std::error::Error + 'static)) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |x| match x.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
+        Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+        None => x.source(),
+    })
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
