@@ -557,12 +557,16 @@ fn a_proxy_is_told_apart_as_containerd_tells_it() {
     assert!(hosts::endpoint("evil.example", None, false, Some("https://docker.io")).is_err());
 }
 
-/// A challenge a plain http endpoint gave is kept for moments only: whatever answered on that
-/// port once (a process that held it while the registry was down) cannot name, later, the token
-/// service a tenant's password goes to.
+/// A challenge a plain http endpoint gave is kept for moments only, counted from when it was
+/// given: whatever answered on that port once (a process that held it while the registry was
+/// down) cannot name, later, the token service a tenant's password goes to, not even by
+/// stalling its own token answer.
 #[test]
 fn a_plain_http_endpoints_challenge_is_kept_for_moments_only() {
-    let (tport, tlog) = serve("127.0.0.1", Arc::new(|_: &Seen, _| reply(200, &[], br#"{"token":"evil-tok"}"#)));
+    let (tport, tlog) = serve("127.0.0.1", Arc::new(|_: &Seen, _| {
+        std::thread::sleep(Duration::from_millis(2500));
+        reply(200, &[], br#"{"token":"evil-tok"}"#)
+    }));
     let impostor = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let now_impostor = impostor.clone();
     let (port, _) = serve("127.0.0.1", Arc::new(move |s: &Seen, port| {
@@ -578,9 +582,12 @@ fn a_plain_http_endpoints_challenge_is_kept_for_moments_only() {
         let ch = format!(r#"Bearer realm="{realm}",service="reg""#);
         reply(401, &[("WWW-Authenticate", ch.as_str())], b"")
     }));
-    rt().block_on(session(port, "team/app", Some("mallory:pw")).get_manifest("v1")).unwrap();
+    let given = Instant::now();
+    let opts = Options { plain_http: true, timeout: Some(Duration::from_secs(5)), ..Default::default() };
+    let r = Reference::parse(&format!("127.0.0.1:{port}/team/app")).unwrap();
+    rt().block_on(Session::new(&r, Some(Credential::parse("mallory:pw").unwrap()), &opts).unwrap().get_manifest("v1")).unwrap();
     impostor.store(false, std::sync::atomic::Ordering::SeqCst);
-    std::thread::sleep(Duration::from_millis(5300));
+    std::thread::sleep(Duration::from_millis(5300).saturating_sub(given.elapsed()));
     tlog.lock().unwrap().clear();
     rt().block_on(session(port, "team/app", Some("alice:S3cret-victim")).get_manifest("v1")).unwrap();
     let seen: Vec<String> = tlog.lock().unwrap().iter().map(|s| format!("{} {}", s.line, s.body)).collect();

@@ -126,9 +126,16 @@ impl Endpoint {
     }
 }
 
-/// The https form of http base `base` whose port is written `port` (empty: none): no port for
-/// https's own, a port written 0080 is 80. None if `base` cannot be read.
+/// The https form of http base `base` whose port is written `port` (empty: none): the base's
+/// name with https when it writes the port so; else (a named server, its base normalized) no
+/// port for https's own, a port written 0080 is 80. None if `base` cannot be read.
 fn https_form(base: &str, port: &str) -> Option<String> {
+    // The name as written when the base keeps it (the registry's own server; containerd swaps
+    // the scheme alone): another spelling of it is another origin.
+    let authority = base.strip_prefix("http://")?;
+    if written_port(authority) == port {
+        return Some(format!("https://{authority}"));
+    }
     let u = url::Url::parse(base).ok()?;
     let host = u.host_str()?;
     match (port.is_empty(), u.port_or_known_default()) {
@@ -543,9 +550,10 @@ pub fn parse(text: &str, host: &str, plain_http: bool, base: &Path) -> Result<En
     let (server, mut ep) = match f.server.as_deref() {
         Some(s) => (with_scheme(s).into_owned(), at_server(s, host)?),
         None => {
-            let mut ep = default_endpoint(host, plain_http);
-            ep.base = normalize_server(&ep.base)?.0;
-            (default_server(host, plain_http), ep)
+            // As written, as without a hosts.toml: another spelling of the name is another
+            // origin (a tenant's spelling must not reach another directory's trust under the
+            // origin of this one's).
+            (default_server(host, plain_http), default_endpoint(host, plain_http))
         }
     };
     // containerd's explicitTLS: skip_verify set at all, a ca (even an empty list), or (once
@@ -671,7 +679,8 @@ mod tests {
         assert_eq!(at(p80, UnlessPort80), written("http://127.0.0.1"));
         assert_eq!(at(p80, Always), first("https://127.0.0.1:80", "http://127.0.0.1", false));
         assert_eq!(at("server = \"http://127.0.0.1:0080\"\nca = \"ca.pem\"\n", PortNot80), first("https://127.0.0.1:80", "http://127.0.0.1", false));
-        assert_eq!(at("server = \"http://127.0.0.1:443\"\nca = \"ca.pem\"\n", PortNot80), first("https://127.0.0.1", "http://127.0.0.1:443", false));
+        // (As containerd: the scheme swapped, the name as written.)
+        assert_eq!(at("server = \"http://127.0.0.1:443\"\nca = \"ca.pem\"\n", PortNot80), first("https://127.0.0.1:443", "http://127.0.0.1:443", false));
         assert_eq!(at("server = \"http://[::1]:5000\"\nca = \"ca.pem\"\n", PortNot80), first("https://[::1]:5000", "http://[::1]:5000", false));
         assert_eq!(at("server = \"https://127.0.0.1:5000\"\nca = \"ca.pem\"\n", Always), written("https://127.0.0.1:5000"));
         for (authority, port) in [("h", ""), ("h:5000", "5000"), ("h:", ""), ("[::1]:80", "80"), ("[::1]", ""), ("::1", "")] {
@@ -750,6 +759,20 @@ mod tests {
         std::fs::write(d.path().join("reg.io_5000_/ca.crt"), "x").unwrap();
         assert_eq!(at("reg.io:5000", true, Some(d.path()), UnlessPort80), first("https://reg.io:5000", "http://reg.io:5000"));
         assert_eq!(at("reg.io:5000", false, Some(d.path()), UnlessPort80), only("https://reg.io:5000"));
+        // Another spelling of the name, reaching another directory's settings (here _default's
+        // skip_verify), keeps its spelling in every form: never the origin of 127.0.0.1:5000.
+        std::fs::create_dir_all(d.path().join("_default")).unwrap();
+        std::fs::write(d.path().join("_default/hosts.toml"), "skip_verify = true\n").unwrap();
+        for (host, plain_http) in [("127.0.0.1:05000", true), ("127.0.0.1:05000", false), ("reg.io:05000", true), ("reg.io:05000", false), ("localhost:443", true)] {
+            let e = endpoint(host, Some(d.path()), plain_http, None).unwrap();
+            for r in [AsWritten, Always, UnlessPort80] {
+                let mut e = e.clone();
+                e.read_as(r);
+                for base in [Some(&e.base), e.plain_fallback.as_ref()].into_iter().flatten() {
+                    assert!(base.ends_with(&format!("//{host}")), "{host} {plain_http} {r:?}: {base}");
+                }
+            }
+        }
         // A server named for it is asked as named.
         std::fs::write(d.path().join("127.0.0.1_5000_/hosts.toml"), "server = \"https://127.0.0.1:5000\"\nca = \"ca.crt\"\n").unwrap();
         assert_eq!(at("127.0.0.1:5000", false, Some(d.path()), UnlessPort80), only("https://127.0.0.1:5000"));

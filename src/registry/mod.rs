@@ -214,9 +214,7 @@ pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<re
         .pool_max_idle_per_host(POOL_IDLE_PER_HOST)
         .user_agent(concat!("pullgate/", env!("CARGO_PKG_VERSION")))
         .danger_accept_invalid_certs(ep.skip_verify);
-    if key.direct {
-        b = b.no_proxy();
-    }
+    b = with_env_proxies(b)?;
     for (pem, ca) in key.cas.iter().zip(&ep.ca) {
         let cert = reqwest::Certificate::from_pem(pem).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?;
         b = b.add_root_certificate(cert);
@@ -240,14 +238,26 @@ pub fn http_client(ep: &hosts::Endpoint, timeout: Option<Duration>) -> Result<re
     Ok(client)
 }
 
-/// Whether URL `base` names `localhost` or a loopback address (Go's httpproxy rule).
-fn is_loopback_url(base: &str) -> bool {
-    match url::Url::parse(base).ok().as_ref().and_then(url::Url::host) {
-        Some(url::Host::Domain(d)) => d == "localhost",
-        Some(url::Host::Ipv4(a)) => a.is_loopback(),
-        Some(url::Host::Ipv6(a)) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|m| m.is_loopback()),
-        None => false,
+/// The environment's proxies as Go's `http.ProxyFromEnvironment` (containerd's transport) reads
+/// them, decided for each request's URL: `HTTP_PROXY` for http (not under CGI, where
+/// `REQUEST_METHOD` is set), `HTTPS_PROXY` for https, upper case first, `NO_PROXY`'s exceptions,
+/// and never for `localhost` or a loopback address (reqwest's own reading would proxy those
+/// unless NO_PROXY named them). A value is never quoted: it may hold the proxy's password.
+fn with_env_proxies(b: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder> {
+    let var = |name: &str| std::env::var(name).or_else(|_| std::env::var(name.to_ascii_lowercase())).ok().filter(|v| !v.is_empty());
+    let exceptions = var("NO_PROXY").into_iter().chain(["localhost", "127.0.0.0/8", "::1"].map(String::from)).collect::<Vec<_>>().join(",");
+    let mut b = b.no_proxy();
+    let cgi = std::env::var_os("REQUEST_METHOD").is_some();
+    for (name, scheme) in [("HTTP_PROXY", "http"), ("HTTPS_PROXY", "https")] {
+        let Some(value) = var(name).filter(|_| !(cgi && scheme == "http")) else { continue };
+        let proxy = match scheme {
+            "http" => reqwest::Proxy::http(value.as_str()),
+            _ => reqwest::Proxy::https(value.as_str()),
+        };
+        let proxy = proxy.map_err(|_| RegistryError::Config(format!("{name} (or its lower-case form) is not a proxy URL")))?;
+        b = b.proxy(proxy.no_proxy(reqwest::NoProxy::from_string(&exceptions)));
     }
+    Ok(b)
 }
 
 /// What makes two endpoints' HTTP clients the same: every setting `http_client` takes from
@@ -256,10 +266,6 @@ fn is_loopback_url(base: &str) -> bool {
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct ClientKey {
     skip_verify: bool,
-    /// A loopback endpoint is never reached through the environment's HTTP(S)_PROXY, as Go's
-    /// `http.ProxyFromEnvironment` (containerd's transport) never proxies `localhost` or a
-    /// loopback address; reqwest would, unless NO_PROXY named it.
-    direct: bool,
     cas: Vec<Vec<u8>>,
     client: Option<ClientIdentity>,
     timeout: Option<Duration>,
@@ -273,7 +279,7 @@ impl ClientKey {
             cas.push(hosts::read_small_file(ca, hosts::MAX_CERT_FILE).map_err(|e| RegistryError::Config(format!("ca {}: {e}", ca.display())))?);
         }
         let client = ep.client.first().map(ClientIdentity::read).transpose()?;
-        Ok(ClientKey { skip_verify: ep.skip_verify, direct: is_loopback_url(&ep.base), cas, client, timeout })
+        Ok(ClientKey { skip_verify: ep.skip_verify, cas, client, timeout })
     }
 }
 
@@ -342,14 +348,16 @@ fn remembered_challenge(origin: &str) -> Option<Challenge> {
     until.is_none_or(|t| std::time::Instant::now() < t).then(|| Challenge { error: None, ..c.clone() })
 }
 
-/// Remembers `ch` for `origin`; `verified`: the endpoint's identity was checked (https with
-/// its certificate verified).
-fn remember_challenge(origin: &str, ch: &Challenge, verified: bool) {
+/// Remembers `ch`, given at `given`, for `origin`; `verified`: the endpoint's identity was
+/// checked (https with its certificate verified). A challenge naming a token service in plain
+/// http is kept for moments too, whoever gave it (that service's port may be anyone's later).
+fn remember_challenge(origin: &str, ch: &Challenge, verified: bool, given: std::time::Instant) {
     let mut map = CHALLENGES.lock().unwrap_or_else(|p| p.into_inner());
     if map.len() >= MAX_CHALLENGES {
         map.clear();
     }
-    let until = (!verified).then(|| std::time::Instant::now() + UNVERIFIED_CHALLENGE_TTL);
+    let checked = verified && (ch.scheme == Scheme::Basic || ch.realm.starts_with("https://"));
+    let until = (!checked).then(|| given + UNVERIFIED_CHALLENGE_TTL);
     map.insert(origin.to_string(), (ch.clone(), until));
 }
 
@@ -390,6 +398,9 @@ pub struct Session {
     authenticated: bool,
     /// The endpoint's identity is checked: https with its certificate verified.
     verified: bool,
+    /// The endpoint is a loopback registry's own server ([`hosts::Endpoint::loopback`]): Some,
+    /// with whether CA files were given for it (for the hint of a refused certificate).
+    loopback_default: Option<bool>,
     /// Deadline for a whole answer (manifests, tokens) and base deadline for a blob.
     total: Duration,
     /// Where blob downloads report their bytes (a pull shown on a terminal).
@@ -412,6 +423,7 @@ pub struct Options<'a> {
 impl Session {
     pub fn new(r: &Reference, cred: Option<Credential>, opts: &Options) -> Result<Session> {
         let mut ep = hosts::endpoint(&r.host, opts.hosts_dir, opts.plain_http, opts.server).map_err(|e| RegistryError::Config(e.to_string()))?;
+        let loopback_default = ep.loopback.is_some().then_some(!ep.ca.is_empty());
         ep.read_as(opts.http_with_tls);
         let bare = http_client(&hosts::Endpoint { client: vec![], ..ep.clone() }, opts.timeout)?;
         let http = if cred.is_some() && !ep.client.is_empty() { http_client(&ep, opts.timeout)? } else { bare.clone() };
@@ -433,6 +445,7 @@ impl Session {
             authz: None,
             authenticated: false,
             verified,
+            loopback_default,
             total,
             progress: None,
         })
@@ -482,8 +495,11 @@ impl Session {
     fn request_failed(&self, e: &reqwest::Error) -> RegistryError {
         let hint = if falls_back(e, false) {
             " (the server answers plain http there: ask it with --plain-http, or name it http://... in its hosts.toml)"
-        } else if untrusted_certificate(e) && hosts::is_localhost(&self.host) {
-            " (containerd does not check the certificate of a loopback registry whose server no hosts.toml names; pullgate does: put its CA in the registry's hosts directory, or skip_verify = true in its hosts.toml)"
+        } else if untrusted_certificate(e) && self.loopback_default.is_some() && e.url().is_some_and(|u| same_origin(u, &self.base)) {
+            match self.loopback_default {
+                Some(true) => " (pullgate checks a loopback registry's certificate, which containerd does not: the CA files in its hosts directory do not verify it)",
+                _ => " (pullgate checks a loopback registry's certificate, which containerd does not: put its CA in the registry's hosts directory, or skip_verify = true in its hosts.toml)",
+            }
         } else {
             ""
         };
@@ -550,6 +566,7 @@ impl Session {
                     (self.authz, self.authenticated, remembered) = (None, false, false);
                 }
                 StatusCode::UNAUTHORIZED => {
+                    let given = std::time::Instant::now();
                     // Only the registry's own challenge is answered: a host it redirected to (a
                     // blob store, a CDN) gets no credential, nor does the realm it would name.
                     if !same_origin(resp.url(), &self.base) {
@@ -579,7 +596,7 @@ impl Session {
                         });
                     }
                     self.authenticate(&challenge).await?;
-                    remember_challenge(&self.origin, &challenge, self.verified);
+                    remember_challenge(&self.origin, &challenge, self.verified, given);
                 }
                 StatusCode::FORBIDDEN => return Err(self.no_access()),
                 s if s.is_success() || s == StatusCode::NOT_FOUND => return Ok(resp),
@@ -858,6 +875,7 @@ impl Session {
             authz: None,
             authenticated: false,
             verified: self.verified,
+            loopback_default: self.loopback_default,
             total: self.total,
             progress: None,
         };
@@ -1090,6 +1108,32 @@ pub fn parse_platform(p: &str) -> std::result::Result<(String, String, Option<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A challenge is kept as long as there is room only when the endpoint was verified and the
+    /// token service it names is https (or it is Basic: the registry itself); else for
+    /// moments, counted from when it was given.
+    #[test]
+    fn challenges_from_unchecked_endpoints_or_naming_plain_token_services_are_kept_for_moments() {
+        let ch = |scheme, realm: &str| Challenge { scheme, realm: realm.into(), service: None, scope: None, error: None };
+        let long_ago = std::time::Instant::now() - UNVERIFIED_CHALLENGE_TTL - Duration::from_millis(100);
+        let now = std::time::Instant::now();
+        for (i, (c, verified, kept)) in [
+            (ch(Scheme::Bearer, "https://auth.example/token"), true, true),
+            (ch(Scheme::Basic, ""), true, true),
+            (ch(Scheme::Bearer, "http://127.0.0.1:6000/token"), true, false),
+            (ch(Scheme::Bearer, "https://auth.example/token"), false, false),
+            (ch(Scheme::Basic, ""), false, false),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let origin = format!("ttl.test/{i}");
+            remember_challenge(&origin, &c, verified, long_ago);
+            assert_eq!(remembered_challenge(&origin).is_some(), kept, "{i}");
+            remember_challenge(&origin, &c, verified, now);
+            assert!(remembered_challenge(&origin).is_some(), "{i}: just given");
+        }
+    }
 
     #[test]
     fn docker_hubs_api_host_is_named_docker_io_in_origins() {
