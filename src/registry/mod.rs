@@ -248,12 +248,9 @@ fn with_env_proxies(b: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder>
     let exceptions = var("NO_PROXY").into_iter().chain(["localhost", "127.0.0.0/8", "::1"].map(String::from)).collect::<Vec<_>>().join(",");
     let mut b = b.no_proxy();
     let cgi = std::env::var_os("REQUEST_METHOD").is_some();
-    for (name, scheme) in [("HTTP_PROXY", "http"), ("HTTPS_PROXY", "https")] {
-        let Some(value) = var(name).filter(|_| !(cgi && scheme == "http")) else { continue };
-        let proxy = match scheme {
-            "http" => reqwest::Proxy::http(value.as_str()),
-            _ => reqwest::Proxy::https(value.as_str()),
-        };
+    let http = var("HTTP_PROXY").filter(|_| !cgi).map(|v| ("HTTP_PROXY", reqwest::Proxy::http(v.as_str())));
+    let https = var("HTTPS_PROXY").map(|v| ("HTTPS_PROXY", reqwest::Proxy::https(v.as_str())));
+    for (name, proxy) in http.into_iter().chain(https) {
         let proxy = proxy.map_err(|_| RegistryError::Config(format!("{name} (or its lower-case form) is not a proxy URL")))?;
         b = b.proxy(proxy.no_proxy(reqwest::NoProxy::from_string(&exceptions)));
     }
@@ -493,15 +490,12 @@ impl Session {
     }
     /// A request that got no answer; an https request answered in plain http says what to do.
     fn request_failed(&self, e: &reqwest::Error) -> RegistryError {
-        let hint = if falls_back(e, false) {
-            " (the server answers plain http there: ask it with --plain-http, or name it http://... in its hosts.toml)"
-        } else if untrusted_certificate(e) && self.loopback_default.is_some() && e.url().is_some_and(|u| same_origin(u, &self.base)) {
-            match self.loopback_default {
-                Some(true) => " (pullgate checks a loopback registry's certificate, which containerd does not: the CA files in its hosts directory do not verify it)",
-                _ => " (pullgate checks a loopback registry's certificate, which containerd does not: put its CA in the registry's hosts directory, or skip_verify = true in its hosts.toml)",
-            }
-        } else {
-            ""
+        let own_certificate_refused = || untrusted_certificate(e) && e.url().is_some_and(|u| same_origin(u, &self.base));
+        let hint = match self.loopback_default {
+            _ if falls_back(e, false) => " (the server answers plain http there: ask it with --plain-http, or name it http://... in its hosts.toml)",
+            Some(true) if own_certificate_refused() => " (pullgate checks a loopback registry's certificate, which containerd does not: the CA files in its hosts directory do not verify it)",
+            Some(false) if own_certificate_refused() => " (pullgate checks a loopback registry's certificate, which containerd does not: put its CA in the registry's hosts directory, or skip_verify = true in its hosts.toml)",
+            _ => "",
         };
         self.unavailable(format!("{}{hint}", error_chain(e)))
     }
