@@ -106,6 +106,15 @@ impl Node {
         }
     }
 
+    /// Whether any object at any depth has a key for which `want` holds.
+    fn has_key(&self, want: &dyn Fn(&str) -> bool) -> bool {
+        match self {
+            Node::Object(kv) => kv.iter().any(|(k, v)| want(k) || v.has_key(want)),
+            Node::Array(items) => items.iter().any(|n| n.has_key(want)),
+            Node::Scalar | Node::Str(_) => false,
+        }
+    }
+
     fn str(&self, field: &str) -> Option<&str> {
         match self.get(field) {
             Some(Node::Str(s)) => Some(s),
@@ -289,6 +298,11 @@ pub fn is_index(media_type: &str) -> bool {
 /// read as: the declared one, else its own `mediaType` field, else an index when it lists
 /// `manifests` and a manifest otherwise.
 pub fn media_type_of(bytes: &[u8], declared: &str) -> Result<String> {
+    top(bytes, declared).map(|(kind, _)| kind)
+}
+
+/// [`media_type_of`], with the document as read.
+fn top(bytes: &[u8], declared: &str) -> Result<(String, Node)> {
     let what = "manifest or index";
     let node = read(what, bytes, Shape::Top)?;
     let inner = node.str("mediaType").unwrap_or_default();
@@ -309,7 +323,7 @@ pub fn media_type_of(bytes: &[u8], declared: &str) -> Result<String> {
     if let Some(field) = wrong {
         return Err(DocumentError::WrongKind { what, declared: kind, field });
     }
-    Ok(kind)
+    Ok((kind, node))
 }
 
 /// An image manifest, read as containerd reads it (see the module's rule).
@@ -334,6 +348,22 @@ pub fn index(bytes: &[u8], declared: &str) -> Result<oci_spec::image::ImageIndex
 pub fn config(bytes: &[u8]) -> Result<oci_spec::image::ImageConfiguration> {
     read("image config", bytes, Shape::Image)?;
     oci_spec::image::ImageConfiguration::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "image config", reason: e.to_string() })
+}
+
+/// The annotation key family of a checkpoint image (CRIU's `org.criu.checkpoint.*`): containerd
+/// 2.x's CRI restores a container from an image whose record's target, decoded as an index,
+/// has annotation `org.criu.checkpoint.container.name`.
+pub const CHECKPOINT_ANNOTATION: &str = "org.criu.checkpoint";
+
+/// Whether a manifest or index marks a checkpoint image, read as containerd reads it (JSON
+/// escapes decoded: `"org.criu.checkpoin\u0074.container.name"` is the key containerd looks
+/// up). Wider than containerd's own test, never narrower: any decoded object key anywhere in
+/// the document (the document's annotations, every index entry's and descriptor's) that begins
+/// with [`CHECKPOINT_ANNOTATION`]. A document that cannot be read as containerd reads it is an
+/// error, never "not a checkpoint".
+pub fn is_checkpoint(bytes: &[u8], declared: &str) -> Result<bool> {
+    let (_, node) = top(bytes, declared)?;
+    Ok(node.has_key(&|k: &str| k.starts_with(CHECKPOINT_ANNOTATION)))
 }
 
 /// containerd's platform normalisation of an architecture and variant (its `platforms`
@@ -364,6 +394,15 @@ fn normalize_arch(arch: &str, variant: &str) -> (String, String) {
 pub fn platform_matches(p: &oci_spec::image::Platform, os: &str, arch: &str, variant: Option<&str>) -> bool {
     let want = normalize_arch(arch, variant.unwrap_or(""));
     let got = normalize_arch(&p.architecture().to_string(), p.variant().as_deref().unwrap_or(""));
+    p.os().to_string().eq_ignore_ascii_case(os) && got == want
+}
+
+/// Whether `p` is OS `os` and architecture `arch` as containerd normalises them, whatever its
+/// variant: the widest set of entries containerd could choose for a node of that OS and
+/// architecture.
+pub fn same_os_arch(p: &oci_spec::image::Platform, os: &str, arch: &str) -> bool {
+    let want = normalize_arch(arch, "").0;
+    let got = normalize_arch(&p.architecture().to_string(), p.variant().as_deref().unwrap_or("")).0;
     p.os().to_string().eq_ignore_ascii_case(os) && got == want
 }
 
@@ -486,6 +525,41 @@ mod tests {
         // The same digest twice is one image.
         let same = idx(&[entry(LAYER, "x86_64", ""), entry(LAYER, "amd64", "")]);
         assert!(select_platform(&same, "linux", "amd64", None).unwrap().is_some());
+    }
+
+    /// containerd looks the checkpoint annotation up after decoding: an escaped key is the key.
+    #[test]
+    fn checkpoint_images_are_read_from_the_decoded_document() {
+        let m = |ann: &str| manifest_with(&format!(r#","annotations":{{{ann}}}"#));
+        assert!(is_checkpoint(m(r#""org.criu.checkpoint.container.name":"app""#).as_bytes(), OCI_MANIFEST).unwrap());
+        assert!(is_checkpoint(m(r#""org.criu.checkpoin\u0074.container.name":"app""#).as_bytes(), OCI_MANIFEST).unwrap());
+        assert!(is_checkpoint(m(r#""\u006frg.criu.checkpoint.x":"1""#).as_bytes(), OCI_MANIFEST).unwrap());
+        // In a value, it is no key: containerd reads no checkpoint there.
+        assert!(!is_checkpoint(m(r#""note":"org.criu.checkpoint.container.name""#).as_bytes(), OCI_MANIFEST).unwrap());
+        assert!(!is_checkpoint(manifest_with("").as_bytes(), OCI_MANIFEST).unwrap());
+        // An index entry's annotations, or the index's own.
+        let entry = format!(r#"{{"mediaType":"{OCI_MANIFEST}","digest":"{LAYER}","size":1,"annotations":{{"org.criu.checkpoin\u0074.container.name":"a"}}}}"#);
+        assert!(is_checkpoint(format!(r#"{{"schemaVersion":2,"manifests":[{entry}]}}"#).as_bytes(), OCI_INDEX).unwrap());
+        // A document containerd and pullgate would read differently is an error, not "no".
+        assert!(is_checkpoint(m(r#""org.criu.checkpoint.container.name":"a","org.criu.checkpoint.container.name":"b""#).as_bytes(), OCI_MANIFEST).is_err());
+        assert!(is_checkpoint(manifest_with(r#","Annotations":{"org.criu.checkpoint.container.name":"a"}"#).as_bytes(), OCI_MANIFEST).is_err());
+        assert!(is_checkpoint(b"{", OCI_MANIFEST).is_err());
+    }
+
+    #[test]
+    fn os_and_architecture_whatever_the_variant() {
+        let p = |arch: &str, variant: Option<&str>| {
+            let mut b = oci_spec::image::PlatformBuilder::default().os(oci_spec::image::Os::Linux).architecture(oci_spec::image::Arch::from(arch));
+            if let Some(v) = variant {
+                b = b.variant(v.to_string());
+            }
+            b.build().unwrap()
+        };
+        assert!(same_os_arch(&p("arm", Some("v7")), "linux", "arm"));
+        assert!(same_os_arch(&p("arm", Some("v6")), "linux", "arm"));
+        assert!(same_os_arch(&p("x86_64", None), "linux", "amd64"));
+        assert!(same_os_arch(&p("amd64", Some("v3")), "linux", "amd64"));
+        assert!(!same_os_arch(&p("arm64", None), "linux", "arm"));
     }
 
     #[test]

@@ -41,7 +41,6 @@ pub use crate::config::CRI_NAMESPACE;
 pub const NODE_PRINCIPAL: &str = "@node";
 /// The label containerd's CRI puts on the image records it makes.
 const MANAGED_LABEL: (&str, &str) = ("io.cri-containerd.image", "managed");
-use crate::pull::CHECKPOINT_ANNOTATION;
 /// kubelet's and containerd's CRI message size limit.
 const MAX_MESSAGE: usize = 16 << 20;
 
@@ -429,10 +428,8 @@ impl Front {
                 continue;
             }
             let target = read(&t.digest).await?;
-            if String::from_utf8_lossy(&target).contains(CHECKPOINT_ANNOTATION) {
-                return Err(undecidable("it is a checkpoint image, which containerd restores onto another image; not supported through pullgate"));
-            }
-            for config in self.configs_for_platform(&target, &t.media_type, &read).await? {
+            Self::refuse_checkpoint(&target, &t.media_type, shown)?;
+            for config in self.configs_for_platform(&target, &t.media_type, shown, &read).await? {
                 if config != image.id {
                     // Other names of the image may be other tenants' repositories: logged only.
                     tracing::warn!(image = %shown, %name, now = %config, id = %image.id, "CRI CreateContainer: a name of the image now names another image");
@@ -446,11 +443,11 @@ impl Front {
     }
 
     /// The configs an image record's target (`bytes`, of media type `media_type`) gives this
-    /// node's platform: a manifest's own, or those of an index's entries for this platform (any
-    /// variant, and entries without a platform; an entry missing from the content store is an
+    /// node's platform: a manifest's own, or those of an index's entries for the node's OS and
+    /// architecture (any variant, and entries without a platform; an entry missing from the content store is an
     /// error, as containerd could choose it once it arrives). Every document is read as
     /// containerd reads it, or refused.
-    async fn configs_for_platform<F, Fut>(&self, bytes: &[u8], media_type: &str, read: &F) -> Result<Vec<String>, Status>
+    async fn configs_for_platform<F, Fut>(&self, bytes: &[u8], media_type: &str, shown: &str, read: &F) -> Result<Vec<String>, Status>
     where
         F: Fn(&str) -> Fut,
         Fut: std::future::Future<Output = Result<Vec<u8>, Status>>,
@@ -459,17 +456,30 @@ impl Front {
         if !crate::document::is_index(&crate::document::media_type_of(bytes, media_type).map_err(bad)?) {
             return Ok(vec![crate::document::manifest(bytes, media_type).map_err(bad)?.config().digest().to_string()]);
         }
-        let (os, arch) = self.platform.split_once('/').unwrap_or(("linux", "amd64"));
+        let (os, arch, _) = crate::registry::parse_platform(&self.platform).map_err(|e| Status::internal(format!("pullgate: the node's platform: {e}")))?;
         let mut out = Vec::new();
         for m in crate::document::index(bytes, media_type).map_err(bad)?.manifests() {
-            if m.platform().as_ref().is_some_and(|p| !crate::document::platform_matches(p, os, arch, None)) {
+            if m.platform().as_ref().is_some_and(|p| !crate::document::same_os_arch(p, &os, &arch)) {
                 continue;
             }
             let d = m.digest().to_string();
-            let inner = crate::document::manifest(&read(&d).await?, m.media_type().as_ref()).map_err(bad)?;
-            out.push(inner.config().digest().to_string());
+            let inner = read(&d).await?;
+            Self::refuse_checkpoint(&inner, m.media_type().as_ref(), shown)?;
+            out.push(crate::document::manifest(&inner, m.media_type().as_ref()).map_err(bad)?.config().digest().to_string());
         }
         Ok(out)
+    }
+
+    /// Refuses a checkpoint image (containerd 2.x restores it onto another image, which it
+    /// pulls and names itself: pullgate could not decide what the container would run), read
+    /// from the decoded document as containerd reads it.
+    fn refuse_checkpoint(bytes: &[u8], media_type: &str, shown: &str) -> Result<(), Status> {
+        let undecidable = |why: String| Status::failed_precondition(format!("pullgate cannot decide a container of image {shown}: {why}"));
+        match crate::document::is_checkpoint(bytes, media_type) {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(undecidable("it is a checkpoint image, which containerd restores onto another image; not supported through pullgate".into())),
+            Err(e) => Err(undecidable(format!("an image record's target is unreadable: {e}"))),
+        }
     }
 
     async fn run_pod_sandbox(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {

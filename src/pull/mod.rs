@@ -93,8 +93,6 @@ pub struct Request {
     pub progress: Option<Arc<crate::progress::Progress>>,
 }
 
-/// The annotation (key prefix) of a checkpoint image's manifest or index.
-pub const CHECKPOINT_ANNOTATION: &str = "org.criu.checkpoint";
 
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
@@ -343,6 +341,25 @@ impl Puller {
         }
     }
 
+    /// A pull for pods refuses a checkpoint image: containerd 2.x restores it onto another image,
+    /// which it pulls and names itself. Read from the decoded index and manifest, as containerd
+    /// reads them.
+    fn refuse_checkpoint(name: &str, resolved: &registry::Resolved) -> Result<()> {
+        for f in resolved.index.iter().chain([&resolved.manifest]) {
+            match crate::document::is_checkpoint(&f.bytes, &f.media_type) {
+                Ok(false) => {}
+                Ok(true) => {
+                    return Err(PullError::BadImage {
+                        image: name.to_string(),
+                        reason: "it is a checkpoint image (containerd 2.x restores it onto another image, which it pulls itself): not pulled for pods".into(),
+                    })
+                }
+                Err(e) => return Err(PullError::BadImage { image: name.to_string(), reason: format!("{} {}: {e}", f.media_type, f.digest) }),
+            }
+        }
+        Ok(())
+    }
+
     /// The stages of one pull or verify, in order. Nothing is written before every fact the
     /// grant rests on was established by pullgate itself.
     #[allow(clippy::too_many_arguments)]
@@ -358,11 +375,8 @@ impl Puller {
     ) -> Result<Outcome> {
         let image = Image::of(req, resolved, sess)?;
         req.progress.iter().for_each(|p| p.announce(image.all().map(|b| (b.digest.as_str(), b.size))));
-        if req.for_pods && resolved.index.iter().chain([&resolved.manifest]).any(|f| f.bytes.windows(CHECKPOINT_ANNOTATION.len()).any(|w| w == CHECKPOINT_ANNOTATION.as_bytes())) {
-            return Err(PullError::BadImage {
-                image: image.name,
-                reason: "it is a checkpoint image (containerd 2.x restores it onto another image, which it pulls itself): not pulled for pods".into(),
-            });
+        if req.for_pods {
+            Self::refuse_checkpoint(&image.name, resolved)?;
         }
         let identity = self.key.identity(&req.reference.host, req.cred.as_ref());
         let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), config: image.config.digest.clone(), ..Default::default() };

@@ -184,6 +184,14 @@ pub fn image_volume_sandbox(name: &str) -> Option<&str> {
     }
 }
 
+/// Whether a key name is the mount point containerd 2.x's CRI views a checkpoint image's chain
+/// on to restore a container from it (Go's `os.MkdirTemp("", "checkpoint")`: an absolute path
+/// whose last element is `checkpoint` and digits).
+pub fn is_restore_mount(name: &str) -> bool {
+    let last = name.rsplit('/').next().unwrap_or_default();
+    name.starts_with('/') && last.strip_prefix("checkpoint").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Whether a key name is a container ID as containerd's CRI makes them (64 lowercase hex).
 pub fn is_container_id(name: &str) -> bool {
     name.len() == 64 && name.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
@@ -631,6 +639,13 @@ impl Snapshotter {
         }
         validate_labels(&labels)?;
         let namespace = namespace_of_key(key).or(ns_hint).unwrap_or_default().to_string();
+        if kind == Kind::View && self.admission_only.contains(&namespace) && is_restore_mount(name_of_key(key)) {
+            // The restore then pulls the image the checkpoint names and files it under a name
+            // of its choosing, which another pod could then run as its own.
+            return Err(SnapshotterError::FailedPrecondition(
+                "pullgate refuses to restore a container from a checkpoint image: containerd would pull and name another image itself".into(),
+            ));
+        }
         let target = extract_target(kind, key);
         let (principal, admitted) = self.principal_of(kind, target.is_some(), &namespace, key, parent, &labels)?;
         tracing::debug!(%namespace, key, parent, ?kind, %principal, target = target.as_deref().unwrap_or(""), "create snapshot");
@@ -1292,6 +1307,30 @@ mod tests {
         assert!(matches!(e, SnapshotterError::Gate(_)), "{e}");
         // A container on top of them is the use check's business, as before.
         s.prepare("B/8/ctr", "B/4/made-up", Labels::new(), None).unwrap();
+    }
+
+    /// containerd 2.x's checkpoint restore views the checkpoint image's chain on a temporary
+    /// directory, then pulls and names another image itself: refused where the CRI front serves.
+    #[test]
+    fn a_checkpoint_restore_view_is_refused_in_front_namespaces() {
+        assert!(is_restore_mount("/tmp/checkpoint1234567"));
+        assert!(is_restore_mount("/var/tmp/x/checkpoint9"));
+        assert!(!is_restore_mount("checkpoint12"));
+        assert!(!is_restore_mount("/tmp/checkpoint"));
+        assert!(!is_restore_mount("/tmp/checkpoint12a"));
+        let dir = tempfile::tempdir().unwrap();
+        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, std::sync::Arc::new(Gate::new(Default::default())))
+            .unwrap()
+            .with_admission_only(["k8s.io".to_string()]);
+        let chain = dg('c');
+        for ns in ["k8s.io", "default"] {
+            s.prepare(&format!("{ns}/1/base"), "", Labels::new(), None).unwrap();
+            s.commit(&format!("{ns}/2/{chain}"), &format!("{ns}/1/base"), Labels::new()).unwrap();
+        }
+        let e = s.view("k8s.io/3//tmp/checkpoint4242", &format!("k8s.io/2/{chain}"), Labels::new(), None).unwrap_err();
+        assert!(e.to_string().contains("checkpoint"), "{e}");
+        s.view("k8s.io/4//tmp/other", &format!("k8s.io/2/{chain}"), Labels::new(), None).unwrap();
+        s.view("default/3//tmp/checkpoint4242", &format!("default/2/{chain}"), Labels::new(), None).unwrap();
     }
 
     #[test]
