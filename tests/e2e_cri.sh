@@ -13,9 +13,12 @@
 #   3. team-b without a secret is refused at CreateContainer, and its PullImage fails;
 #   4. team-b with its own secret: one manifest round-trip (no blob GET, no extraction), runs;
 #      containers of one image created at once by both namespaces' pods;
-#   5. attacker's manifests (forged layer IDs; team-a's blob digests from another registry);
+#   5. attacker's manifests (forged layer IDs; team-a's blob digests from another registry;
+#      checkpoint images, their annotation's key written plainly or with a JSON escape);
 #   6. annotations claiming another principal or carrying containerd.io/snapshot.ref;
-#   7. kubelet pointed straight at containerd (bypassing the front): the snapshotter refuses;
+#   7. kubelet pointed straight at containerd (bypassing the front): the snapshotter refuses
+#      (on 2.x also a checkpoint restore's view: nothing is pulled or filed under the names it
+#      gives);
 #   8. public images need no secret;
 #   9. pullgate killed (SIGKILL) between PullImage and CreateContainer;
 #  10. pods stop and go;
@@ -274,6 +277,31 @@ check_refused "5c: its CreateContainer is refused: pullgate cannot decide a rest
   run_in front app-c team-c "$SID_C" c6 "$cimg"
 check_refused "5d: a CreateContainer naming a file on the node (2.x: a checkpoint archive) is refused" "not an image on the node" "" \
   run_in front app-c team-c "$SID_C" c7 /etc/hostname
+# The annotation's key written with a JSON escape ("org.criu.checkpoin\u0074..."): the same key
+# to containerd, which decodes the document before it looks. A restore pulls the image its
+# metadata names (PUB_REF, a repository nobody pulled; containerd 2.1 and 2.4 file it under that
+# name) and, in later containerd, files it under a second name too (PLANTED, in team-a's registry).
+PLANTED=$REG_h/private/planted:v1
+push_image "$WORK/pub" v1 "$REG_pub/public/restore-base:v1" || fail "5c: push the image a checkpoint restores onto"
+PUB_REF=$REG_pub/public/restore-base@$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$WORK/pub/index.json")
+python3 "$REPO/tests/mkcheckpoint.py" "$WORK/ckpt-esc" --escaped --rootfs-ref "$PUB_REF" --rootfs-name "$PLANTED" >/dev/null
+check "5c: the escaped checkpoint image's manifest spells its key escaped" grep -rqF 'checkpoin\u0074.container.name' "$WORK/ckpt-esc/blobs/sha256"
+CKPT_ESC=$REG_bad/c/ckpt-esc:v1
+push_image "$WORK/ckpt-esc" v1 "$CKPT_ESC" || fail "5c: push the escaped checkpoint image"
+check_refused "5c: team-c's PullImage of a checkpoint image whose key is written with an escape is refused" "checkpoint image" "" \
+  pull_as app-c team-c "$CKPT_ESC"
+check "5c: the image listing works" ctr_ -n k8s.io images ls -q
+check "5c: and it is not on the node" not has_image k8s.io "$CKPT_ESC"
+# Imported by an administrator and unpacked (through pullgate: a restore views its chain).
+tar -C "$WORK/ckpt-esc" -cf "$WORK/ckpt-esc.tar" .
+check "5c: an administrator imports and unpacks the escaped checkpoint image" \
+  ctr_ -n k8s.io images import --snapshotter pullgate --base-name "$REG_bad/c/ckpt-esc" "$WORK/ckpt-esc.tar"
+check "5c: it is present" has_image k8s.io "$CKPT_ESC"
+check_refused "5c: its CreateContainer through the front is refused by the front: pullgate cannot decide a restore" "cannot decide a container .*checkpoint image" "" \
+  run_in front app-c team-c "$SID_C" c8 "$CKPT_ESC"
+check "5c: the image listing works" ctr_ -n k8s.io images ls -q
+check "5c: no image record was filed under $PLANTED" not has_image k8s.io "$PLANTED"
+check "5c: nor under $PUB_REF" not has_image k8s.io "$PUB_REF"
 
 # 5f: an index that a looser platform match would read as team-a's: linux/amd64/v9 -> team-a's
 # manifest, listed first; linux/amd64 -> the attacker's own (public) one. containerd chooses the
@@ -499,6 +527,18 @@ check_refused "7: even when annotated with team-a's principal" "requires a princ
 check_refused "7: refused by image ID, the refusal names no repository another pod pulled it from" "requires a principal" "private/app" \
   run_in direct app-a2 team-a "$SID_A2" d4 "$PRIV_ID"
 check_out "7: a public container runs" "public app" run_in direct app-a2 team-a "$SID_A2" d3 "$PUB"
+case $V in 2.*)
+  # containerd 2.x's CRI restores a checkpoint image: it views the image's chain, reads the
+  # checkpoint's metadata, pulls the image it names and files it under the name it names (here
+  # PLANTED, in team-a's registry, which another pod could then run as team-a's image). Bypassing
+  # the front, the snapshotter refuses the restore's view: nothing is pulled, nothing filed.
+  check_refused "7: containerd's restore of the escaped checkpoint image, straight to containerd, is refused at its view" \
+    "refuses to restore a container from a checkpoint" "" run_in direct app-a2 team-a "$SID_A2" d5 "$CKPT_ESC"
+  check "7: the image listing works" ctr_ -n k8s.io images ls -q
+  check "7: no image record was filed under $PLANTED" not has_image k8s.io "$PLANTED"
+  check "7: nor under $PUB_REF (nothing was pulled)" not has_image k8s.io "$PUB_REF"
+  ;;
+esac
 # ctr passes labels to the rootfs Prepare as given: in k8s.io no label is a principal.
 check_refused "7: ctr run in k8s.io with the principal label team-a is refused too" "requires a principal" "$PRIVMSG" \
   ctr_ -n k8s.io run --rm --snapshotter pullgate --snapshotter-label containerd.io/snapshot/pullgate.principal=team-a "$PRIV" ctr-label
