@@ -90,7 +90,7 @@ fn build_ledger(root: &std::path::Path, p: &Params) -> Result<usize, Box<dyn std
                     // pull would, so that the ledger pairs it with its layer ID.
                     let payload = format!("blob-{id}");
                     let b = format!("sha256:{}", hex::encode(sha2_of(&payload)));
-                    let mut h = crate::diffid::Hasher::new(&b, payload.len() as u64);
+                    let mut h = crate::diffid::Hasher::new(&b);
                     let v = h.update(payload.as_bytes()).and_then(|()| h.finish());
                     let v = v.map_err(|e| StoreError::Corrupt { key: b.clone(), reason: e.to_string() })?;
                     ledger::record_pairing(tx, &v)?;

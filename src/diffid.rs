@@ -9,16 +9,24 @@
 use sha2::{Digest as _, Sha256};
 use std::io::Write;
 
-/// A layer may expand to at most this many times its compressed size (gzip's best ratio is
-/// about 1032:1), or to [`MIN_EXPANSION_LIMIT`], whichever is larger: a decompression bomb is
-/// refused after a bounded amount of work.
+/// A layer may expand to at most this many times the compressed bytes that have arrived so far
+/// (gzip's best ratio is about 1032:1), or to [`MIN_EXPANSION_LIMIT`], whichever is larger, and
+/// never past [`MAX_LAYER_SIZE`]: a decompression bomb is refused after work bounded by what
+/// its sender actually sent, whatever size its manifest declares.
 pub const MAX_EXPANSION_RATIO: u64 = 1100;
 pub const MIN_EXPANSION_LIMIT: u64 = 1 << 30;
+/// The largest uncompressed layer pullgate hashes (64 GiB).
+pub const MAX_LAYER_SIZE: u64 = 64 << 30;
+
+/// How far a layer may have expanded once `received` compressed bytes arrived.
+fn expansion_limit(received: u64) -> u64 {
+    received.saturating_mul(MAX_EXPANSION_RATIO).max(MIN_EXPANSION_LIMIT).min(MAX_LAYER_SIZE)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiffIdError {
-    #[error("blob {blob}: expands to more than {limit} bytes ({MAX_EXPANSION_RATIO} times its size, or 1 GiB): refused as a decompression bomb")]
-    TooLarge { blob: String, limit: u64 },
+    #[error("blob {blob}: expands to more than {limit} bytes after {received} bytes of it arrived (at most {MAX_EXPANSION_RATIO} times what arrived, 1 GiB at least, {MAX_LAYER_SIZE} bytes in all): refused as a decompression bomb")]
+    TooLarge { blob: String, limit: u64, received: u64 },
     #[error("blob {blob}: its bytes hash to {actual}, not to its digest")]
     DigestMismatch { blob: String, actual: String },
     #[error("blob {blob}: cannot decompress it as a layer: {reason}")]
@@ -47,17 +55,18 @@ impl Verified {
     }
 }
 
-/// Sha256 of everything written to it, up to `limit` bytes.
+/// Sha256 of everything written to it, up to the expansion limit of the compressed bytes
+/// received so far (counted by the [`Hasher`] before it feeds them to the decompressor).
 struct HashWriter {
     sha: Sha256,
     written: u64,
-    limit: u64,
+    received: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Write for HashWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.written += buf.len() as u64;
-        if self.written > self.limit {
+        if self.written > expansion_limit(self.received.load(std::sync::atomic::Ordering::Relaxed)) {
             return Err(std::io::Error::new(std::io::ErrorKind::FileTooLarge, "layer expands past its limit"));
         }
         self.sha.update(buf);
@@ -84,25 +93,27 @@ pub struct Hasher {
     blob: String,
     compressed: Sha256,
     sink: Sink,
-    limit: u64,
+    /// Compressed bytes fed so far (shared with the sink's [`HashWriter`]).
+    received: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Hasher {
-    /// For blob `blob` of `size` bytes (as its descriptor says; the digest check catches a lie).
-    pub fn new(blob: &str, size: u64) -> Hasher {
-        let limit = size.saturating_mul(MAX_EXPANSION_RATIO).max(MIN_EXPANSION_LIMIT);
-        Hasher { blob: blob.to_string(), compressed: Sha256::new(), sink: Sink::Sniffing(Vec::with_capacity(4)), limit }
+    /// For blob `blob`. No size a manifest declares bounds the work: only bytes that arrived.
+    pub fn new(blob: &str) -> Hasher {
+        Hasher { blob: blob.to_string(), compressed: Sha256::new(), sink: Sink::Sniffing(Vec::with_capacity(4)), received: Default::default() }
     }
 
     fn corrupt(&self, e: std::io::Error) -> DiffIdError {
         if e.kind() == std::io::ErrorKind::FileTooLarge {
-            return DiffIdError::TooLarge { blob: self.blob.clone(), limit: self.limit };
+            let received = self.received.load(std::sync::atomic::Ordering::Relaxed);
+            return DiffIdError::TooLarge { blob: self.blob.clone(), limit: expansion_limit(received), received };
         }
         DiffIdError::Corrupt { blob: self.blob.clone(), reason: e.to_string() }
     }
 
     pub fn update(&mut self, chunk: &[u8]) -> Result<(), DiffIdError> {
         self.compressed.update(chunk);
+        self.received.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
         if let Sink::Sniffing(head) = &mut self.sink {
             head.extend_from_slice(chunk);
             if head.len() < ZSTD_MAGIC.len() {
@@ -118,7 +129,7 @@ impl Hasher {
     /// Chooses the decompressor from the first bytes (as containerd's DecompressStream does)
     /// and feeds them to it.
     fn start(&mut self, head: &[u8]) -> Result<(), DiffIdError> {
-        let out = HashWriter { sha: Sha256::new(), written: 0, limit: self.limit };
+        let out = HashWriter { sha: Sha256::new(), written: 0, received: self.received.clone() };
         self.sink = if head.starts_with(&GZIP_MAGIC) {
             Sink::Gzip(Box::new(flate2::write::MultiGzDecoder::new(out)))
         } else if head.starts_with(&ZSTD_MAGIC) {
@@ -174,7 +185,7 @@ mod tests {
     }
 
     fn hash_in_chunks(blob: &[u8], chunk: usize) -> Result<Verified, DiffIdError> {
-        let mut h = Hasher::new(&sha(blob), blob.len() as u64);
+        let mut h = Hasher::new(&sha(blob));
         for c in blob.chunks(chunk.max(1)) {
             h.update(c)?;
         }
@@ -208,7 +219,7 @@ mod tests {
 
     #[test]
     fn wrong_bytes_and_broken_streams_make_no_pairing() {
-        let mut h = Hasher::new(&sha(b"other"), 5);
+        let mut h = Hasher::new(&sha(b"other"));
         h.update(b"plain tar bytes").unwrap();
         assert!(matches!(h.finish(), Err(DiffIdError::DigestMismatch { .. })));
         // A gzip stream cut short is not a layer.
@@ -237,5 +248,32 @@ mod tests {
         let e = hash_in_chunks(&bomb, 1 << 16).unwrap_err();
         assert!(matches!(e, DiffIdError::TooLarge { .. }), "{e}");
         assert!(e.to_string().contains("expands to more than"), "{e}");
+    }
+
+    /// The limit grows with the bytes that arrived, not with a size anyone declared: a stream
+    /// that keeps expanding past 1100 times what arrived is refused early, however large the
+    /// manifest said its layer is.
+    #[test]
+    fn the_expansion_limit_follows_the_bytes_received() {
+        assert_eq!(expansion_limit(0), MIN_EXPANSION_LIMIT);
+        assert_eq!(expansion_limit(10 << 20), (10 << 20) * MAX_EXPANSION_RATIO);
+        assert_eq!(expansion_limit(u64::MAX), MAX_LAYER_SIZE);
+        // Zeros by the GiB in zstd (32768:1): refused soon after 1 GiB of output, long before
+        // the stream's end, with how much had arrived.
+        let mut z = zstd::stream::write::Encoder::new(Vec::new(), 19).unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..4096 {
+            z.write_all(&zeros).unwrap();
+        }
+        let bomb = z.finish().unwrap();
+        let mut h = Hasher::new(&sha(&bomb));
+        let mut fed = 0usize;
+        let e = bomb.chunks(4096).find_map(|c| {
+            fed += c.len();
+            h.update(c).err()
+        });
+        let e = e.expect("refused before its end");
+        assert!(fed < bomb.len(), "refused after {fed} of {} bytes", bomb.len());
+        assert!(matches!(e, DiffIdError::TooLarge { received, .. } if received as usize == fed), "{e}");
     }
 }

@@ -1117,11 +1117,22 @@ impl Puller {
     /// from the same bytes.
     async fn fetch(sess: &mut Session, cd: &Containerd, b: &Blob, keep: bool, hash: bool, labels: &HashMap<String, String>) -> Result<Option<Verified>> {
         let mut reader = sess.open_blob(&b.digest, b.size).await?;
-        let mut hasher = hash.then(|| BackgroundHasher::new(&b.digest, b.size));
+        let mut hasher = hash.then(|| BackgroundHasher::new(&b.digest));
         let mut w = keep.then(|| cd.writer(&b.digest, b.size));
         while let Some(chunk) = reader.next_chunk().await? {
-            if let Some(h) = &mut hasher {
-                h.update(chunk.clone()).await;
+            let stopped = match &mut hasher {
+                Some(h) => !h.update(chunk.clone()).await,
+                None => false,
+            };
+            if stopped {
+                // Hashing failed (a decompression bomb, a corrupt stream): nothing more is
+                // downloaded, nothing committed.
+                let stopped_early = || PullError::BadImage { image: String::new(), reason: format!("layer {}: hashing stopped early", b.digest) };
+                let failed = match hasher.take() {
+                    Some(h) => h.finish().await.err(),
+                    None => None,
+                };
+                return Err(failed.unwrap_or_else(stopped_early));
             }
             if let Some(w) = &mut w {
                 w.write(&chunk).await?;
@@ -1139,10 +1150,12 @@ impl Puller {
 
     /// The layer ID of a blob already in the namespace's content store (local work only).
     async fn hash_from_store(cd: &Containerd, digest: &str, size: u64) -> Result<Verified> {
-        let mut h = BackgroundHasher::new(digest, size);
+        let mut h = BackgroundHasher::new(digest);
         let mut r = cd.blob_bytes(digest, size).await?;
         while let Some(c) = r.next_chunk().await? {
-            h.update(bytes::Bytes::from(c)).await;
+            if !h.update(bytes::Bytes::from(c)).await {
+                break;
+            }
         }
         h.finish().await
     }
@@ -1157,9 +1170,9 @@ struct BackgroundHasher {
 }
 
 impl BackgroundHasher {
-    fn new(blob: &str, size: u64) -> BackgroundHasher {
+    fn new(blob: &str) -> BackgroundHasher {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
-        let mut h = diffid::Hasher::new(blob, size);
+        let mut h = diffid::Hasher::new(blob);
         let task = tokio::task::spawn_blocking(move || {
             while let Some(c) = rx.blocking_recv() {
                 h.update(&c)?;
@@ -1169,13 +1182,14 @@ impl BackgroundHasher {
         BackgroundHasher { tx: Some(tx), task }
     }
 
-    /// Queues a chunk. If hashing already failed, the chunk is dropped: `finish` reports why.
-    async fn update(&mut self, chunk: bytes::Bytes) {
+    /// Queues a chunk; false once hashing has failed (the chunk is dropped: `finish` says why).
+    async fn update(&mut self, chunk: bytes::Bytes) -> bool {
         if let Some(tx) = &self.tx {
             if tx.send(chunk).await.is_err() {
                 self.tx = None;
             }
         }
+        self.tx.is_some()
     }
 
     async fn finish(mut self) -> Result<Verified> {

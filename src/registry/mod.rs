@@ -836,6 +836,16 @@ impl Session {
         if resp.status() == StatusCode::NOT_FOUND {
             return Err(RegistryError::NotFound { host: self.host.clone(), repo: self.repo.clone(), what: format!("blob {digest}") });
         }
+        // A registry that says how long the body is says it before any byte is read: a length
+        // other than the descriptor's is refused at once (a body sent without one is still
+        // counted as it arrives).
+        if let Some(n) = resp.content_length().filter(|n| *n != size) {
+            return Err(RegistryError::DigestMismatch {
+                what: format!("blob {digest}"),
+                expected: format!("{size} bytes (the size the manifest gives)"),
+                actual: format!("a body of {n} bytes (its Content-Length)"),
+            });
+        }
         let deadline = std::time::Instant::now() + self.total + Duration::from_secs(size / MIN_BLOB_RATE);
         if let Some(p) = &self.progress {
             p.start(digest, size);
