@@ -13,7 +13,8 @@
 #   8. tenant-controlled request arguments: a --hosts-dir hosts.toml that is a symlink to a secret,
 #      a directory, a FIFO, over 64 KiB or carries TLS settings; an image name pulled from
 #      another endpoint (recorded under that name); a refusal naming the first image recorded
-#      with the manifest (another tenant's repository); a decompression bomb layer.
+#      with the manifest (another tenant's repository); a decompression bomb layer, also one its
+#      manifest declares as a 3 GiB layer.
 # Real containerd of the given version configured from plugin/, real registries (anonymous,
 # htpasswd, token auth), an attacker's registry (tests/evilregistry.py), images from
 # tests/mkimage.py; driven by ctr and the pullgate CLI. Every setup step (pushes, the victims'
@@ -584,6 +585,61 @@ if [ -n "${BU:-}" ] && [ "$BU" -gt $((1 << 30)) ] && [ "$BU" -gt $((1100 * BC)) 
   else fail "8d: pullgate verify of the bomb fails within 30 s: 'expands to more than' (rc=$rc after ${el}s: $(shown 600 "$out"))"; fi
   check "8d: pullgate spent less than 10 s of CPU on it (${cpu}s)" awk -v c="$cpu" 'BEGIN {exit !(c < 10)}'
   check_no_grants "8d: nothing was recorded for bomber" bomber
+
+  log "8e. a bomb of 64 GiB of zeros in 2 MiB, its manifest declaring a 3 GiB layer, from an attacker's registry"
+  # A manifest may declare any size: work is bounded by the bytes that arrive. Served with the
+  # blob's true Content-Length (refused before a byte is read), and without one (refused once
+  # it expands past 1100 times what arrived, here 1 GiB, not 1100 x 3 GiB: the download waits
+  # for the hashing, so what arrives is what was hashed).
+  mkdir -p "$WORK/bomb-lie/blobs"
+  cp "$WORK/bomb/blobs/sha256/"* "$WORK/bomb-lie/blobs/"
+  python3 - "$WORK/bomb" "$WORK/bomb-lie" <<'PY'
+import hashlib, json, sys
+d, out = sys.argv[1:3]
+path = lambda dg: f"{d}/blobs/sha256/{dg.split(':', 1)[1]}"
+m = json.load(open(path(json.load(open(f"{d}/index.json"))["manifests"][0]["digest"])))
+# A zstd frame of RLE blocks of zeros (128 KiB each, 4 bytes each): 64 GiB.
+n = (64 << 30) // (128 << 10)
+frame = b"\x28\xb5\x2f\xfd\x00\x38"  # magic; no content size, no checksum; window 128 KiB
+frame += b"".join((((128 << 10) << 3) | 2 | (i == n - 1)).to_bytes(3, "little") + b"\x00" for i in range(n))
+dg = hashlib.sha256(frame).hexdigest()
+open(f"{out}/blobs/{dg}", "wb").write(frame)
+layer = next(x for x in m["layers"] if x["mediaType"].endswith("+zstd"))
+layer.update(digest="sha256:" + dg, size=3 << 30)
+json.dump(m, open(f"{out}/manifest.json", "w"))
+PY
+  _launch_liars() {
+    local i
+    for i in 1 2; do
+      /usr/bin/python3 "$REPO/tests/evilregistry.py" --port "$(v=PORT_$i; echo "${!v}")" --repo bomber/lie --tag v1 \
+        --manifest "$WORK/bomb-lie/manifest.json" --blobs "$WORK/bomb-lie/blobs" --log "$WORK/liar$i.log" $([ $i = 2 ] && echo --no-length) &
+      PIDS+=($!); LAUNCHED+=($!)
+    done
+    wait_serving 10 curl -sf "http://127.0.0.1:$PORT_1/v2/" && wait_serving 10 curl -sf "http://127.0.0.1:$PORT_2/v2/"
+  }
+  if launch_on_free_ports 2 _launch_liars; then
+    LIAR=127.0.0.1:$PORT_1/bomber/lie:v1 LIAR_NL=127.0.0.1:$PORT_2/bomber/lie:v1
+    check_refused "8e: with its Content-Length, pullgate verify of the lying manifest is refused before the body is read" \
+      "Content-Length" "" pgt 30 verify -n bomber2 --plain-http "$LIAR"
+    t0=$(pg_ticks); s=$SECONDS
+    out=$(pgt 30 verify -n bomber2 --plain-http "$LIAR_NL" 2>&1); rc=$?
+    el=$((SECONDS - s)); sleep 1; t1=$(pg_ticks)
+    cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", (b - a) / hz}')
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE "expands to more than $((1 << 30)) bytes after [0-9]+ bytes of it arrived" <<<"$out"; then
+      pass "8e: without a Content-Length, it is refused once it expands past 1 GiB (${el}s): 'expands to more than 1073741824 bytes after N bytes of it arrived'"
+    else fail "8e: without a Content-Length, it is refused once it expands past 1 GiB (rc=$rc after ${el}s: $(shown 600 "$out"))"; fi
+    check "8e: pullgate spent less than 10 s of CPU on it (${cpu}s)" awk -v c="$cpu" 'BEGIN {exit !(c < 10)}'
+    # Another tenant's pull while the attack repeats: it completes as usual.
+    ( end=$((SECONDS + 60)); while [ $SECONDS -lt $end ]; do pgt 30 verify -n bomber2 --plain-http "$LIAR_NL" >/dev/null 2>&1; done ) &
+    attack=$!
+    sleep 1
+    check "8e: another tenant's pull completes while the attack repeats" pgt 60 pull -n calm --plain-http "$PUBFRESH"
+    check "8e: the attack was still repeating when it completed" kill -0 "$attack"
+    kill "$attack" 2>/dev/null; wait "$attack" 2>/dev/null
+    check_no_grants "8e: nothing was recorded for bomber2" bomber2
+  else
+    fail "8e: start the attacker's registries"
+  fi
 else
   fail "8d: setup: the bomb layer must expand to more than 1 GiB and more than 1100 x its size (${BC:-?} bytes -> ${BU:-?})"
 fi

@@ -6,7 +6,8 @@ Mode "serve" (default): serves one manifest (given as a file) under
 manifest names blobs (another tenant's private config and layers) it cannot serve.
 
 With --blobs DIR (an OCI layout's blobs/sha256), "serve" also serves every blob found there
-(GET and HEAD): an attacker's registry holding its own image, whose manifest is crafted.
+(GET and HEAD): an attacker's registry holding its own image, whose manifest is crafted. With
+--no-length as well, a blob's body comes without a Content-Length (its end is the connection's).
 
 Mode "vouch": like "serve", but answers HEAD of any blob with 200 (as if it held it; the
 Content-Length is the size the manifest gives the blob, else 0) while a GET of a blob is still
@@ -41,6 +42,7 @@ def main():
     ap.add_argument("--mode", choices=MODES, default="serve")
     ap.add_argument("--away-port", type=int)
     ap.add_argument("--blobs")
+    ap.add_argument("--no-length", action="store_true")
     a = ap.parse_args()
     body = open(a.manifest, "rb").read()
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
@@ -64,11 +66,12 @@ def main():
         def log_message(self, *args):
             pass
 
-        def reply(self, status, headers, payload, send_body):
+        def reply(self, status, headers, payload, send_body, length=True):
             self.send_response(status)
             for k, v in headers:
                 self.send_header(k, v)
-            self.send_header("Content-Length", str(len(payload)))
+            if length:
+                self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if send_body:
                 self.wfile.write(payload)
@@ -136,7 +139,7 @@ def main():
                 path = f"{a.blobs}/{hexd}"
                 if len(hexd) == 64 and all(c in "0123456789abcdef" for c in hexd) and __import__("os").path.exists(path):
                     data = open(path, "rb").read()
-                    self.reply(200, [("Content-Type", "application/octet-stream"), ("Docker-Content-Digest", blob[1])], data, send_body)
+                    self.reply(200, [("Content-Type", "application/octet-stream"), ("Docker-Content-Digest", blob[1])], data, send_body, not a.no_length)
                     return
             if a.mode == "vouch" and not send_body and len(blob) == 2 and self.path.startswith(f"/v2/{a.repo}/blobs/"):
                 self.send_response(200)
