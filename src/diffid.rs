@@ -20,7 +20,7 @@ pub const MAX_LAYER_SIZE: u64 = 64 << 30;
 
 /// How far a layer may have expanded once `received` compressed bytes arrived.
 fn expansion_limit(received: u64) -> u64 {
-    received.saturating_mul(MAX_EXPANSION_RATIO).max(MIN_EXPANSION_LIMIT).min(MAX_LAYER_SIZE)
+    received.saturating_mul(MAX_EXPANSION_RATIO).clamp(MIN_EXPANSION_LIMIT, MAX_LAYER_SIZE)
 }
 
 #[derive(Debug, thiserror::Error)]

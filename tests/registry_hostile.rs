@@ -23,6 +23,8 @@ enum Reply {
     Full { status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
     /// Sends the headers, then one byte per `every` forever.
     Trickle { every: Duration },
+    /// 200 with a body and no Content-Length: its end is the connection's.
+    Unframed { body: Vec<u8> },
 }
 
 fn reply(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Reply {
@@ -80,6 +82,12 @@ fn handle(mut conn: TcpStream, h: Handler, log: Arc<Mutex<Vec<Seen>>>, port: u16
                 if conn.write_all(out.as_bytes()).is_err() || (!seen.line.starts_with("HEAD") && conn.write_all(&body).is_err()) {
                     return;
                 }
+            }
+            Reply::Unframed { body } => {
+                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+                let _ = conn.write_all(&body);
+                let _ = conn.shutdown(std::net::Shutdown::Both);
+                return;
             }
             Reply::Trickle { every } => {
                 let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\n\r\n");
@@ -244,7 +252,8 @@ fn a_connection_that_trickles_faster_than_the_idle_timeout_still_ends() {
     assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
     let digest = format!("sha256:{}", "2".repeat(64));
     let t = Instant::now();
-    let e = read_blob(port, &digest, 1000).unwrap_err();
+    // (The size its Content-Length gives: a blob of another length is refused before its body.)
+    let e = read_blob(port, &digest, 1_000_000).unwrap_err();
     assert!(e.to_string().contains("slower than"), "{e}");
     assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
 }
@@ -263,6 +272,11 @@ fn blob_with_wrong_bytes_or_length() {
     let e = read_blob(port, &digest, 9).unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("expected 9 bytes") && msg.contains("got 8 bytes"), "{msg}");
+    // Said by its Content-Length, before the body was read; and without one, once it ended.
+    assert!(msg.contains("Content-Length"), "{msg}");
+    let (port, _) = serve("127.0.0.1", Arc::new(|_: &Seen, _| Reply::Unframed { body: b"the blob".to_vec() }));
+    let msg = read_blob(port, &digest, 9).unwrap_err().to_string();
+    assert!(msg.contains("expected 9 bytes") && msg.contains("got 8 bytes") && !msg.contains("Content-Length"), "{msg}");
 }
 
 #[test]

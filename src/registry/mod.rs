@@ -843,7 +843,7 @@ impl Session {
             return Err(RegistryError::DigestMismatch {
                 what: format!("blob {digest}"),
                 expected: format!("{size} bytes (the size the manifest gives)"),
-                actual: format!("a body of {n} bytes (its Content-Length)"),
+                actual: format!("{n} bytes (its Content-Length says)"),
             });
         }
         let deadline = std::time::Instant::now() + self.total + Duration::from_secs(size / MIN_BLOB_RATE);
