@@ -9,8 +9,10 @@
 //! - a key that names a field containerd reads must spell it exactly (no case variant, no
 //!   folding character), and each field at most once;
 //! - no object repeats a key (maps included: annotations, labels);
-//! - a document's own `mediaType`, when present, is the one it was served or stored as, and a
-//!   manifest holds no `manifests` nor an index `config` or `layers` (containerd's own check);
+//! - a document is read as the media type it was served or stored as, one of the four
+//!   containerd reads (else refused, as containerd refuses it); its own `mediaType`, when
+//!   present, is that one, and a manifest holds no `manifests` nor an index `config` or
+//!   `layers` (containerd's own check);
 //! - an index names at most one image for a platform as containerd matches platforms
 //!   (architecture aliases normalised), so both pick the same entry.
 //!
@@ -31,6 +33,8 @@ pub enum DocumentError {
     Duplicate { what: &'static str, path: String, key: String },
     #[error("{what} says its media type is {inner:?}, but it was served or stored as {declared:?}")]
     MediaType { what: &'static str, inner: String, declared: String },
+    #[error("{what} was served or stored as media type {declared:?}, which containerd does not read as an image manifest or index")]
+    UnknownMediaType { what: &'static str, declared: String },
     #[error("{what} of media type {declared:?} has a {field:?} field that only another kind of document has")]
     WrongKind { what: &'static str, declared: String, field: &'static str },
     #[error("index lists {count} different manifests for platform {platform} (containerd and pullgate could choose different ones)")]
@@ -294,9 +298,9 @@ pub fn is_index(media_type: &str) -> bool {
 }
 
 /// Reads a manifest or an index whose media type (`declared`: as served, or as its descriptor
-/// names it; empty: unknown) is checked against the document. Returns the media type it is
-/// read as: the declared one, else its own `mediaType` field, else an index when it lists
-/// `manifests` and a manifest otherwise.
+/// names it) is checked against the document. Returns the media type it is read as: the
+/// declared one, which must be one of the four containerd reads (OCI or Docker, manifest or
+/// index; anything else, empty included, is refused as containerd refuses it).
 pub fn media_type_of(bytes: &[u8], declared: &str) -> Result<String> {
     top(bytes, declared).map(|(kind, _)| kind)
 }
@@ -306,19 +310,15 @@ fn top(bytes: &[u8], declared: &str) -> Result<(String, Node)> {
     let what = "manifest or index";
     let node = read(what, bytes, Shape::Top)?;
     let inner = node.str("mediaType").unwrap_or_default();
-    let declared = match declared {
-        "" | "application/json" => "",
-        d => d,
-    };
-    if !inner.is_empty() && !declared.is_empty() && inner != declared {
+    // containerd reads a document by the media type it was served or stored as, and reads no
+    // other kind (its images.Manifest: "unexpected media type"), whatever the document says.
+    if !matches!(declared, OCI_INDEX | OCI_MANIFEST | DOCKER_LIST | DOCKER_MANIFEST) {
+        return Err(DocumentError::UnknownMediaType { what, declared: declared.to_string() });
+    }
+    if !inner.is_empty() && inner != declared {
         return Err(DocumentError::MediaType { what, inner: inner.to_string(), declared: declared.to_string() });
     }
-    let kind = match (declared, inner) {
-        ("", "") if node.get("manifests").is_some() => OCI_INDEX.to_string(),
-        ("", "") => OCI_MANIFEST.to_string(),
-        ("", i) => i.to_string(),
-        (d, _) => d.to_string(),
-    };
+    let kind = declared.to_string();
     let wrong = if is_index(&kind) { ["config", "layers"].into_iter().find(|f| node.get(f).is_some()) } else { node.get("manifests").map(|_| "manifests") };
     if let Some(field) = wrong {
         return Err(DocumentError::WrongKind { what, declared: kind, field });
@@ -429,6 +429,56 @@ pub fn select_platform<'a>(idx: &'a oci_spec::image::ImageIndex, os: &str, arch:
     }
 }
 
+/// An image as containerd would run it on one platform: what the image record's target
+/// (`root`) leads to, each document read as containerd reads it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Reading {
+    /// The image manifest chosen for the platform.
+    pub manifest: String,
+    pub config: String,
+    pub layers: Vec<String>,
+    /// The config's `rootfs.diff_ids`.
+    pub diff_ids: Vec<String>,
+    /// Whether the target or the chosen manifest marks a checkpoint image ([`is_checkpoint`]).
+    pub checkpoint: bool,
+}
+
+/// Reads an image from its target `root` (of media type `declared`) for platform `os/arch[/variant]`,
+/// the way a pull reads it: an index's entry chosen by [`select_platform`], the manifest, its
+/// config. `blob` gives a blob's bytes by digest (checked against it here). The differential
+/// test runs this against containerd's own code over the same documents.
+pub fn read_image(root: &[u8], declared: &str, platform: (&str, &str, Option<&str>), blob: &mut dyn FnMut(&str) -> Option<Vec<u8>>) -> std::result::Result<Reading, String> {
+    let (os, arch, variant) = platform;
+    let mut fetch = |digest: &str| -> std::result::Result<Vec<u8>, String> {
+        let bytes = blob(digest).ok_or_else(|| format!("blob {digest} not found"))?;
+        match format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))) {
+            d if d == digest => Ok(bytes),
+            d => Err(format!("blob {digest} hashes to {d}")),
+        }
+    };
+    let kind = media_type_of(root, declared).map_err(|e| e.to_string())?;
+    let mut checkpoint = is_checkpoint(root, declared).map_err(|e| e.to_string())?;
+    let (bytes, media_type, digest) = if is_index(&kind) {
+        let idx = index(root, declared).map_err(|e| e.to_string())?;
+        let entry = select_platform(&idx, os, arch, variant).map_err(|e| e.to_string())?.ok_or_else(|| format!("no manifest for platform {os}/{arch} in the index"))?;
+        let digest = entry.digest().to_string();
+        (fetch(&digest)?, entry.media_type().to_string(), digest)
+    } else {
+        (root.to_vec(), declared.to_string(), format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(root))))
+    };
+    checkpoint |= is_checkpoint(&bytes, &media_type).map_err(|e| e.to_string())?;
+    let m = manifest(&bytes, &media_type).map_err(|e| e.to_string())?;
+    let config_digest = m.config().digest().to_string();
+    let cfg = config(&fetch(&config_digest)?).map_err(|e| e.to_string())?;
+    Ok(Reading {
+        manifest: digest,
+        config: config_digest,
+        layers: m.layers().iter().map(|l| l.digest().to_string()).collect(),
+        diff_ids: cfg.rootfs().diff_ids().to_vec(),
+        checkpoint,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,8 +548,11 @@ mod tests {
         let both = format!(r#"{{"schemaVersion":2,"manifests":[],"layers":[{}]}}"#, desc(LAYER));
         assert!(matches!(media_type_of(both.as_bytes(), OCI_INDEX), Err(DocumentError::WrongKind { field: "layers", .. })));
         assert!(matches!(media_type_of(both.as_bytes(), OCI_MANIFEST), Err(DocumentError::WrongKind { field: "manifests", .. })));
-        assert_eq!(media_type_of(br#"{"schemaVersion":2,"manifests":[]}"#, "application/json").unwrap(), OCI_INDEX);
-        assert_eq!(media_type_of(br#"{"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}"#, "").unwrap(), DOCKER_MANIFEST);
+        // Served as no kind containerd reads (it says "unexpected media type"): refused, however
+        // the document describes itself.
+        assert!(matches!(media_type_of(br#"{"schemaVersion":2,"manifests":[]}"#, "application/json"), Err(DocumentError::UnknownMediaType { .. })));
+        assert!(matches!(media_type_of(br#"{"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}"#, ""), Err(DocumentError::UnknownMediaType { .. })));
+        assert_eq!(media_type_of(br#"{"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}"#, DOCKER_MANIFEST).unwrap(), DOCKER_MANIFEST);
         assert!(matches!(media_type_of(b"{\"a\":1} x", ""), Err(DocumentError::Json { .. })));
         assert!(matches!(media_type_of(b"\xef\xbb\xbf{}", ""), Err(DocumentError::Json { .. })));
     }
