@@ -4,7 +4,8 @@
 # containerd's Go sources for the conformance suite, etcd), containerd 1.7 (trixie) and 2.1 (sid)
 # unpacked under $PULLGATE_DEPS, the Go tools built from their modules (runc 1.2, nerdctl,
 # crictl, critest, containerd 2.4, kubelet and kube-apiserver), containerd's own integration
-# tests for 1.7 and 2.1, and a release build of pullgate. Idempotent.
+# tests for 1.7 and 2.1, containerd's side of the differential test (docread) for 1.7, 2.1 and
+# 2.4, and a release build of pullgate. Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
@@ -222,9 +223,51 @@ if [ -z "${PULLGATE_SKIP_GO_TOOLS:-}" ]; then
   for v in 1.7 2.1; do build_containerd_client_tests "$DEPS/containerd-$v/usr/bin"; done
 fi
 
-# Rust build (release: the daemon under test is the one an operator would run), and the CRI
-# test client (examples/cri.rs; kubelet's part in the Kubernetes tests).
+# docread (tests/difftest/go), containerd's side of the image-document differential test:
+# containerd's own images.Manifest, images.RootFS and CRI checkpoint-image check, compiled
+# against exactly the containerd versions the suite runs (1.7 and 2.1 as their installed
+# binaries report, and $CONTAINERD_GO_VERSION) into $DEPS/docread-vX.Y.Z/docread; rebuilt when
+# a source there is newer. Each is built in a throwaway wrapper module whose go.mod requires
+# only that containerd (at containerd's go version, so the module graph is pruned as
+# containerd's own, and with containerd's go.sum: not every module in it is in the checksum
+# database), so containerd's go.mod pins image-spec, platforms and checkpointctl. The source is
+# the shared docread.go and the half with that major version's import paths (v1/ or v2/).
+# Whether that version's CRI CreateContainer checks for checkpoint images is read from its
+# source and built in.
+build_docreader() { # vX.Y.Z
+  local v=$1 out=$DEPS/docread-$1 src=$here/tests/difftest/go mod half dir d check=false
+  case $v in
+    v1.*) mod=github.com/containerd/containerd half=v1 ;;
+    *) mod=github.com/containerd/containerd/v2 half=v2 ;;
+  esac
+  [ -x "$out/docread" ] && [ -z "$(find "$src/docread.go" "$src/$half" -name '*.go' -newer "$out/docread")" ] && return 0
+  echo "setup: building docread against containerd $v"
+  dir=$("$GO" mod download -json "$mod@$v" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error")))') || return 1
+  grep -rqs --include='*.go' --exclude='*_test.go' 'c.checkIfCheckpointOCIImage(' "$dir" && check=true
+  d=$(mktemp -d)
+  printf 'module pullgate.test/docread\n\ngo %s\n\nrequire %s %s\n' "$(awk '$1 == "go" {print $2; exit}' "$dir/go.mod")" "$mod" "$v" > "$d/go.mod"
+  cp "$dir/go.sum" "$d/go.sum" && chmod u+w "$d/go.sum"
+  cp "$src/docread.go" "$src/$half/containerd.go" "$d/"
+  rm -rf "$out.tmp"; mkdir -p "$out.tmp"
+  (cd "$d" && export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local && "$GO" mod tidy \
+     && "$GO" build -trimpath -ldflags "-X main.containerdVersion=$v -X main.criChecksCheckpoint=$check" -o "$out.tmp/docread" .) \
+    && rm -rf "$out" && mv "$out.tmp" "$out" || { rm -rf "$d"; return 1; }
+  rm -rf "$d"
+  "$out/docread" -version | sed -n 1p
+}
+build_docreaders() {
+  local v
+  for v in "$(containerd_upstream_version "$DEPS/containerd-1.7/usr/bin")" \
+           "$(containerd_upstream_version "$DEPS/containerd-2.1/usr/bin")" "${CONTAINERD_GO_VERSION#v}"; do
+    [ -n "$v" ] && build_docreader "v$v" || return 1
+  done
+}
+[ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_docreaders
+
+# Rust build (release: the daemon under test is the one an operator would run), the CRI test
+# client (examples/cri.rs; kubelet's part in the Kubernetes tests) and pullgate's side of the
+# differential test (examples/docread.rs).
 if [ -z "${PULLGATE_SKIP_BUILD:-}" ]; then
-  (cd "$here" && cargo build --release --locked --bin pullgate --bin pullgated --example cri 2>&1 | tail -n 3)
+  (cd "$here" && cargo build --release --locked --bin pullgate --bin pullgated --example cri --example docread 2>&1 | tail -n 3)
 fi
 echo "setup: done"

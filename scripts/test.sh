@@ -23,6 +23,9 @@
 #      their snapshotter; each time the two pass sets compared
 #   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
 #      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
+#   6. the differential test of image documents (tests/difftest): pullgate's reading against
+#      containerd 1.7's, 2.1's and 2.4's own code, over hand-written attacks, seeded random
+#      mutations and every document the end-to-end tests pushed or served
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -85,6 +88,9 @@ lane=$(mktemp -d)
 ) > "$lane/log" 2>&1 &
 lane_pid=$!
 
+# Every document the end-to-end tests push or serve is kept for the differential test (below).
+PULLGATE_DIFF_CORPUS=$(mktemp -d); export PULLGATE_DIFF_CORPUS
+
 # 2.4: the newest containerd 2.x the Go module proxy serves, built from its module by setup.sh.
 for v in 1.6 1.7 2.1 2.4; do
   step "end to end: snapshotter under containerd $v"
@@ -132,6 +138,10 @@ for v in 1.6 2.1; do
   step "crash test under containerd $v: crash points and SIGKILLs of pullgate (and containerd) during pull, verify, unpack and run"
   run_part "crash test containerd $v" bash tests/crash.sh "$v"
 done
+
+step "differential test of image documents: pullgate's reading against containerd 1.7's, 2.1's and 2.4's own code"
+run_part "difftest" bash tests/difftest/run.sh "$PULLGATE_DIFF_CORPUS"
+rm -rf "$PULLGATE_DIFF_CORPUS"
 
 wait "$lane_pid" || true
 cat "$lane/log"

@@ -32,6 +32,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MODES = ["serve", "vouch", "wrong-digest", "huge", "redirect-away", "redirect-loop", "bad-challenge", "trickle"]
 
 
+def keep_for_difftest(body, blobs):
+    """The differential test (tests/difftest/run.sh) reads every document the suite serves:
+    the manifest as an OCI layout's only entry, beside the documents among --blobs."""
+    import os, tempfile
+    top = os.environ.get("PULLGATE_DIFF_CORPUS")
+    if not top or not os.path.isdir(top):
+        return
+    try:
+        kind = json.loads(body).get("mediaType") or "application/vnd.oci.image.manifest.v1+json"
+    except (ValueError, AttributeError):
+        kind = "application/vnd.oci.image.manifest.v1+json"
+    keep = tempfile.mkdtemp(prefix="served.", dir=top)
+    os.makedirs(f"{keep}/blobs/sha256")
+    d = hashlib.sha256(body).hexdigest()
+    open(f"{keep}/blobs/sha256/{d}", "wb").write(body)
+    for f in os.listdir(blobs) if blobs and os.path.isdir(blobs) else []:
+        p = os.path.join(blobs, f)
+        if os.path.getsize(p) < (4 << 20):
+            open(f"{keep}/blobs/sha256/{f}", "wb").write(open(p, "rb").read())
+    json.dump({"schemaVersion": 2, "manifests": [{"mediaType": kind, "digest": "sha256:" + d, "size": len(body)}]}, open(f"{keep}/index.json", "w"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -46,6 +68,7 @@ def main():
     a = ap.parse_args()
     body = open(a.manifest, "rb").read()
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    keep_for_difftest(body, a.blobs)
     logf = open(a.log, "a", buffering=1)
     # Served as the media type the document names (an index as an index), else as a manifest.
     try:

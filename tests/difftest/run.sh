@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The differential test of image documents: pullgate's reading (examples/docread.rs, the same
+# document functions its pulls and its CRI front use) against containerd's own code
+# (tests/difftest/go, built by scripts/setup.sh against each containerd version the suite
+# runs), over one corpus: hand-written attacks on one reading, seeded random mutations of them
+# (a fixed seed, and one drawn for this run, printed), and every document the end-to-end tests
+# pushed or served when $PULLGATE_DIFF_CORPUS collected them (tests/lib.sh push_image,
+# tests/evilregistry.py). A document the two read differently, and pullgate does not refuse,
+# fails the test.
+# Usage: tests/difftest/run.sh [COLLECTED_DIR]
+set -uo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
+collected=${1:-}
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+seed=${DIFF_SEED:-$RANDOM$RANDOM}
+layouts=(); [ -n "$collected" ] && [ -d "$collected" ] && layouts=(--layouts "$collected")
+n1=$(python3 "$here/tests/difftest/corpus.py" "$work/fixed" --random 400 --seed 2535 "${layouts[@]}") || { echo "difftest: the corpus could not be written"; exit 1; }
+n2=$(python3 "$here/tests/difftest/corpus.py" "$work/drawn" --random 300 --seed "$seed") || { echo "difftest: the corpus could not be written"; exit 1; }
+echo "difftest: corpus of $n1 documents (seed 2535$([ -n "$collected" ] && echo ", with those the end-to-end tests pushed or served")) and $n2 (seed $seed: DIFF_SEED=$seed repeats it)"
+fail=0
+readers=()
+for d in "$DEPS"/docread-v*/docread; do [ -x "$d" ] && readers+=("$d"); done
+[ ${#readers[@]} -ge 3 ] || { echo "difftest: expected containerd's docread for 1.7, 2.1 and 2.4 under $DEPS (scripts/setup.sh builds them), found ${#readers[@]}"; exit 1; }
+for c in fixed drawn; do
+  "$here/target/release/examples/docread" "$work/$c" > "$work/$c.pullgate" || { echo "difftest: pullgate's docread failed on $c"; fail=1; continue; }
+  for r in "${readers[@]}"; do
+    v=$(basename "$(dirname "$r")"); v=${v#docread-}
+    "$r" "$work/$c" > "$work/$c.$v" 2> "$work/$c.$v.err" || { echo "difftest: containerd $v's docread failed on $c: $(tail -3 "$work/$c.$v.err")"; fail=1; continue; }
+    python3 "$here/tests/difftest/compare.py" "containerd $v, $c corpus" "$work/$c.pullgate" "$work/$c.$v" || fail=1
+  done
+done
+exit $fail
