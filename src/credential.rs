@@ -112,9 +112,16 @@ pub enum CredentialError {
 }
 
 impl Credential {
-    /// Parses `USER:PASSWORD` as ctr's `--user` does.
+    /// Parses `USER:PASSWORD` as ctr's `--user` does (at the first colon).
     pub fn parse(s: &str) -> Result<Credential, CredentialError> {
         let (user, secret) = s.split_once(':').ok_or(CredentialError::Invalid("expected USER:PASSWORD"))?;
+        Credential::password(user, secret)
+    }
+
+    /// A user name and password given apart (a pull secret's `username` and `password`, as
+    /// kubelet sends them): taken as they are, a colon in the user name included, as containerd
+    /// takes them; never joined and split again.
+    pub fn password(user: &str, secret: &str) -> Result<Credential, CredentialError> {
         if user.is_empty() {
             return Err(CredentialError::Invalid("empty user name"));
         }

@@ -17,7 +17,7 @@
 #      checkpoint images, their annotation's key written plainly or with a JSON escape);
 #   6. annotations claiming another principal or carrying containerd.io/snapshot.ref;
 #   7. kubelet pointed straight at containerd (bypassing the front): the snapshotter refuses
-#      (on 2.x also a checkpoint restore's view: nothing is pulled or filed under the names it
+#      (on 2.1 also a checkpoint restore's view: nothing is pulled or filed under the names it
 #      gives);
 #   8. public images need no secret;
 #   9. pullgate killed (SIGKILL) between PullImage and CreateContainer;
@@ -29,7 +29,8 @@
 #  14. pull secrets holding only an identity token or a registry token (a token-auth registry):
 #      pulls and runs; the same token is the same identity; revoked, expired, other-service
 #      tokens, an expired registry token and a token service without the refresh-token grant
-#      are refused naming the cause, and record nothing.
+#      are refused naming the cause, and record nothing; a user name holding a colon is taken
+#      as sent.
 # About a minute per containerd version.
 # Usage: tests/e2e_cri.sh VERSION
 source "$(dirname "$0")/lib.sh"
@@ -39,6 +40,7 @@ trap cleanup EXIT
 PW_ALICE=alice-Cri-4t8q
 PW_CAROL=carol-Cri-7m2x
 PW_ADMIN=admin-Cri-2p9w
+PW_CI=ci-Cri-8d3k
 TOKMSG="private app behind a token service"
 PRIVMSG="private app of team-a"
 REFUSED='pullgate refused pod'
@@ -54,7 +56,7 @@ start_registry pub || exit 1
 start_registry h htpasswd alice "$PW_ALICE" carol "$PW_CAROL" || exit 1
 start_registry bad || exit 1
 cat > "$WORK/acl.json" <<JSON
-{"users": {"alice": "$PW_ALICE", "admin": "$PW_ADMIN"}, "access": {"alice": ["private/*"], "admin": ["*"]}, "push": ["admin"]}
+{"users": {"alice": "$PW_ALICE", "admin": "$PW_ADMIN", "ci:bot": "$PW_CI"}, "access": {"alice": ["private/*"], "admin": ["*"], "ci:bot": ["private/*"]}, "push": ["admin"]}
 JSON
 start_token_registry t "$WORK/acl.json" || exit 1
 TPRIV=$REG_t/private/tok:v1
@@ -527,8 +529,9 @@ check_refused "7: even when annotated with team-a's principal" "requires a princ
 check_refused "7: refused by image ID, the refusal names no repository another pod pulled it from" "requires a principal" "private/app" \
   run_in direct app-a2 team-a "$SID_A2" d4 "$PRIV_ID"
 check_out "7: a public container runs" "public app" run_in direct app-a2 team-a "$SID_A2" d3 "$PUB"
-case $V in 2.*)
-  # containerd 2.x's CRI restores a checkpoint image: it views the image's chain, reads the
+case $V in 2.1)
+  # containerd 2.1's CRI restores a checkpoint image (2.4's no longer does: there it is an
+  # ordinary image, and CreateContainer makes an ordinary container): it views the image's chain, reads the
   # checkpoint's metadata, pulls the image it names and files it under the name it names (here
   # PLANTED, in team-a's registry, which another pod could then run as team-a's image). Bypassing
   # the front, the snapshotter refuses the restore's view: nothing is pulled, nothing filed.
@@ -682,9 +685,17 @@ check_out "14: tok-9 runs the image" "$TOKMSG" run_in front tok-9 team-t9 "$SID_
 token_acl t "acl['access_ttl'] = -300"; RT_EXPIRED=$(registry_token t alice "$PW_ALICE" private/tok); token_acl t "acl.pop('access_ttl')"
 TOKEN_KIND=registry_token refused_unrecorded "14: an expired registry token" "rejected the registry token \\(invalid_token" "$RT_EXPIRED" tok-10 team-t10
 
+# A pull secret's user name holding a colon ("ci:bot"): taken as kubelet sends it, as containerd
+# takes it (the token service's password grant names user "ci:bot", not "ci" with password
+# "bot:...").
+run_pod front tok-c team-tc || fail "14: RunPodSandbox team-tc/tok-c"; SID_TC=$SID
+check_out "14: team-tc's PullImage with a secret whose user name holds a colon" '"image_ref":"sha256:' \
+  pull_as tok-c team-tc "$TPRIV" "{\"username\":\"ci:bot\",\"password\":\"$PW_CI\"}"
+check_out "14: tok-c runs the image" "$TOKMSG" run_in front tok-c team-tc "$SID_TC" tc1 "$TPRIV"
+
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
 PATS=$WORK/secret-patterns
-printf '%s\n' "$PW_ALICE" "$PW_CAROL" "$PW_ADMIN" > "$PATS"
+printf '%s\n' "$PW_ALICE" "$PW_CAROL" "$PW_ADMIN" "$PW_CI" > "$PATS"
 # Every token the token server issued (identity tokens, registry tokens, the access tokens pullgate
 # obtained): its signature, which any copy of the token contains.
 awk '{n = split($2, a, "."); print a[n]}' "$WORK/registry-t/tokens.log" >> "$PATS"

@@ -149,7 +149,10 @@ fn credential_of(auth: Option<&cri::AuthConfig>) -> Result<Option<Credential>, S
         (false, false) => return Err(bad("it holds both an identity token and a registry token; give one")),
         (false, true) => return token(TokenForm::Identity, &a.identity_token),
         (true, false) => return token(TokenForm::Registry, &a.registry_token),
-        (true, true) if !a.username.is_empty() || !a.password.is_empty() => format!("{}:{}", a.username, a.password),
+        // The fields as kubelet sent them (a colon in the user name stays in the user name).
+        (true, true) if !a.username.is_empty() || !a.password.is_empty() => {
+            return Credential::password(&a.username, &a.password).map(Some).map_err(|_| bad("expected a user name and a password"));
+        }
         (true, true) if !a.auth.is_empty() => {
             let raw = base64::engine::general_purpose::STANDARD.decode(a.auth.trim()).map_err(|_| bad("auth is not base64"))?;
             String::from_utf8(raw).map_err(|_| bad("auth is not USER:PASSWORD"))?
@@ -655,6 +658,11 @@ mod tests {
         };
         let user = cri::AuthConfig { username: "alice".into(), password: "s3cret".into(), ..Default::default() };
         assert_eq!(user_of(&user), "alice");
+        // The fields as sent: a colon in the user name stays there (it was split off before,
+        // and the registry was asked for user "ci" with password "bot:s3cret").
+        let colon = cri::AuthConfig { username: "ci:bot".into(), password: "s3cret".into(), ..Default::default() };
+        assert_eq!(user_of(&colon), "ci:bot");
+        assert_eq!(credential_of(Some(&colon)).unwrap().map(|c| c.secret().expose().to_string()), Some("s3cret".to_string()));
         let b64 = cri::AuthConfig { auth: base64::engine::general_purpose::STANDARD.encode("bob:pw"), ..Default::default() };
         assert_eq!(user_of(&b64), "bob");
         assert!(credential_of(Some(&cri::AuthConfig::default())).unwrap().is_none());
