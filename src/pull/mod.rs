@@ -281,10 +281,14 @@ impl Puller {
         let there = cd.elsewhere(ns);
         let checked = async {
             self.held_only_public(&there).await?;
+            // A pull dropped from here until the second look (a client gone, a CRI deadline)
+            // would leave the label without it: the guard takes the label away then.
+            let guard = UnshareOnDrop(Some(there.clone()));
             if there.make_shareable().await? {
                 self.held_only_public(&there).await?;
                 tracing::info!(namespace = ns, label = containerd::SHAREABLE_LABEL, "pullgate's public namespace labelled: everything it holds is public");
             }
+            guard.disarm();
             Ok(())
         }
         .await;
@@ -1158,6 +1162,34 @@ impl Puller {
             }
         }
         h.finish().await
+    }
+}
+
+/// Takes the public namespace's shareable label away if dropped armed: a check of the public
+/// namespace that did not run to its end (its future dropped) leaves no label behind. The
+/// removal runs as a task of its own (Drop cannot wait), on the runtime the drop happens in.
+struct UnshareOnDrop(Option<Containerd>);
+
+impl UnshareOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for UnshareOnDrop {
+    fn drop(&mut self) {
+        let Some(there) = self.0.take() else { return };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    match there.make_unshareable().await {
+                        Ok(()) => tracing::info!(namespace = there.namespace(), "a check of pullgate's public namespace was cancelled: its shareable label is taken away until the next one completes"),
+                        Err(e) => tracing::warn!(namespace = there.namespace(), error = %e, "a check of pullgate's public namespace was cancelled, and its shareable label cannot be taken away"),
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(namespace = there.namespace(), "a check of pullgate's public namespace was cancelled outside the runtime: its shareable label stays until the next check"),
+        }
     }
 }
 
