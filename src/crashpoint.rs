@@ -4,6 +4,8 @@
 //!
 //! Off unless the daemon starts with `PULLGATE_CRASH_AT=<point>[:<n>]` in its environment:
 //! the n-th time (default 1st) execution reaches `<point>`, the process sends itself SIGKILL.
+//! Likewise `PULLGATE_STALL_AT=<point>:<seconds>` makes every task that reaches a stall point
+//! wait there that long, so a test can drop the request (its client gone) exactly there.
 //! Written by hand rather than with the `fail` crate, whose points exist only in a build with
 //! its cargo feature on: this way the binary under test is the one operators run, and a point
 //! costs one relaxed atomic load when the variable is unset.
@@ -50,5 +52,28 @@ pub fn hit(point: &'static str) {
     if a.point == point && a.hits.fetch_add(1, Ordering::Relaxed) + 1 == a.nth {
         eprintln!("pullgate: crash point {point} reached: killing myself (PULLGATE_CRASH_AT)");
         let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// Stall points ([`stall`]), for the tests to enumerate.
+pub const STALL_POINTS: &[&str] = &["public.labelled"];
+
+static STALL: OnceLock<Option<(String, std::time::Duration)>> = OnceLock::new();
+
+/// Waits here if this stall point is armed (`PULLGATE_STALL_AT=<point>:<seconds>`).
+pub async fn stall(point: &'static str) {
+    debug_assert!(STALL_POINTS.contains(&point), "unlisted stall point {point}");
+    let armed = STALL.get_or_init(|| {
+        let v = std::env::var("PULLGATE_STALL_AT").ok()?;
+        let (p, secs) = v.split_once(':')?;
+        let d = std::time::Duration::from_secs(secs.parse().ok()?);
+        tracing::warn!(point = %p, seconds = d.as_secs(), "stall point armed (PULLGATE_STALL_AT): requests will wait there");
+        Some((p.to_string(), d))
+    });
+    if let Some((p, d)) = armed {
+        if p == point {
+            tracing::warn!(point, "stall point reached (PULLGATE_STALL_AT)");
+            tokio::time::sleep(*d).await;
+        }
     }
 }

@@ -8,6 +8,8 @@
 //! a claim until it matches one.
 use sha2::{Digest as _, Sha256};
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// A layer may expand to at most this many times the compressed bytes that have arrived so far
 /// (gzip's best ratio is about 1032:1), or to [`MIN_EXPANSION_LIMIT`], whichever is larger, and
@@ -17,16 +19,35 @@ pub const MAX_EXPANSION_RATIO: u64 = 1100;
 pub const MIN_EXPANSION_LIMIT: u64 = 1 << 30;
 /// The largest uncompressed layer pullgate hashes (64 GiB).
 pub const MAX_LAYER_SIZE: u64 = 64 << 30;
+/// The most a pull's layers may expand to together (1 TiB).
+pub const MAX_IMAGE_SIZE: u64 = 1 << 40;
 
-/// How far a layer may have expanded once `received` compressed bytes arrived.
+/// What the layers of one pull may expand to together: the same rule over the sum of what
+/// arrived for all of them (a floor per layer alone would let an image of many small bombs
+/// expand by 1 GiB each), shared by the pull's [`Hasher`]s.
+#[derive(Debug, Default)]
+pub struct Budget {
+    received: AtomicU64,
+    written: AtomicU64,
+}
+
+/// How far a layer (or a pull's layers together) may have expanded once `received` compressed
+/// bytes arrived.
 fn expansion_limit(received: u64) -> u64 {
     received.saturating_mul(MAX_EXPANSION_RATIO).clamp(MIN_EXPANSION_LIMIT, MAX_LAYER_SIZE)
+}
+
+/// [`expansion_limit`] for a pull's layers together.
+fn image_expansion_limit(received: u64) -> u64 {
+    received.saturating_mul(MAX_EXPANSION_RATIO).clamp(MIN_EXPANSION_LIMIT, MAX_IMAGE_SIZE)
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum DiffIdError {
     #[error("blob {blob}: expands to more than {limit} bytes after {received} bytes of it arrived (at most {MAX_EXPANSION_RATIO} times what arrived, 1 GiB at least, {MAX_LAYER_SIZE} bytes in all): refused as a decompression bomb")]
     TooLarge { blob: String, limit: u64, received: u64 },
+    #[error("blob {blob}: the image's layers expand to more than {limit} bytes together after {received} bytes of them arrived (at most {MAX_EXPANSION_RATIO} times what arrived, 1 GiB at least, {MAX_IMAGE_SIZE} bytes in all): refused as a decompression bomb")]
+    ImageTooLarge { blob: String, limit: u64, received: u64 },
     #[error("blob {blob}: its bytes hash to {actual}, not to its digest")]
     DigestMismatch { blob: String, actual: String },
     #[error("blob {blob}: cannot decompress it as a layer: {reason}")]
@@ -60,14 +81,19 @@ impl Verified {
 struct HashWriter {
     sha: Sha256,
     written: u64,
-    received: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    received: Arc<AtomicU64>,
+    budget: Arc<Budget>,
 }
 
 impl Write for HashWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.written += buf.len() as u64;
-        if self.written > expansion_limit(self.received.load(std::sync::atomic::Ordering::Relaxed)) {
+        if self.written > expansion_limit(self.received.load(Ordering::Relaxed)) {
             return Err(std::io::Error::new(std::io::ErrorKind::FileTooLarge, "layer expands past its limit"));
+        }
+        let together = self.budget.written.fetch_add(buf.len() as u64, Ordering::Relaxed) + buf.len() as u64;
+        if together > image_expansion_limit(self.budget.received.load(Ordering::Relaxed)) {
+            return Err(std::io::Error::new(std::io::ErrorKind::QuotaExceeded, "the image's layers expand past their limit"));
         }
         self.sha.update(buf);
         Ok(buf.len())
@@ -94,26 +120,38 @@ pub struct Hasher {
     compressed: Sha256,
     sink: Sink,
     /// Compressed bytes fed so far (shared with the sink's [`HashWriter`]).
-    received: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    received: Arc<AtomicU64>,
+    /// The pull's, shared with its other layers.
+    budget: Arc<Budget>,
 }
 
 impl Hasher {
-    /// For blob `blob`. No size a manifest declares bounds the work: only bytes that arrived.
+    /// For blob `blob`, alone. No size a manifest declares bounds the work: only bytes that arrived.
     pub fn new(blob: &str) -> Hasher {
-        Hasher { blob: blob.to_string(), compressed: Sha256::new(), sink: Sink::Sniffing(Vec::with_capacity(4)), received: Default::default() }
+        Hasher::within(blob, Default::default())
+    }
+
+    /// For blob `blob`, one of the layers of a pull whose expansion `budget` bounds together.
+    pub fn within(blob: &str, budget: Arc<Budget>) -> Hasher {
+        Hasher { blob: blob.to_string(), compressed: Sha256::new(), sink: Sink::Sniffing(Vec::with_capacity(4)), received: Default::default(), budget }
     }
 
     fn corrupt(&self, e: std::io::Error) -> DiffIdError {
         if e.kind() == std::io::ErrorKind::FileTooLarge {
-            let received = self.received.load(std::sync::atomic::Ordering::Relaxed);
+            let received = self.received.load(Ordering::Relaxed);
             return DiffIdError::TooLarge { blob: self.blob.clone(), limit: expansion_limit(received), received };
+        }
+        if e.kind() == std::io::ErrorKind::QuotaExceeded {
+            let received = self.budget.received.load(Ordering::Relaxed);
+            return DiffIdError::ImageTooLarge { blob: self.blob.clone(), limit: image_expansion_limit(received), received };
         }
         DiffIdError::Corrupt { blob: self.blob.clone(), reason: e.to_string() }
     }
 
     pub fn update(&mut self, chunk: &[u8]) -> Result<(), DiffIdError> {
         self.compressed.update(chunk);
-        self.received.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.received.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        self.budget.received.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         if let Sink::Sniffing(head) = &mut self.sink {
             head.extend_from_slice(chunk);
             if head.len() < ZSTD_MAGIC.len() {
@@ -129,7 +167,7 @@ impl Hasher {
     /// Chooses the decompressor from the first bytes (as containerd's DecompressStream does)
     /// and feeds them to it.
     fn start(&mut self, head: &[u8]) -> Result<(), DiffIdError> {
-        let out = HashWriter { sha: Sha256::new(), written: 0, received: self.received.clone() };
+        let out = HashWriter { sha: Sha256::new(), written: 0, received: self.received.clone(), budget: self.budget.clone() };
         self.sink = if head.starts_with(&GZIP_MAGIC) {
             Sink::Gzip(Box::new(flate2::write::MultiGzDecoder::new(out)))
         } else if head.starts_with(&ZSTD_MAGIC) {
@@ -248,6 +286,34 @@ mod tests {
         let e = hash_in_chunks(&bomb, 1 << 16).unwrap_err();
         assert!(matches!(e, DiffIdError::TooLarge { .. }), "{e}");
         assert!(e.to_string().contains("expands to more than"), "{e}");
+    }
+
+    /// Many small bombs in one image: each stays under the 1 GiB a layer may reach alone, and
+    /// together they are refused once they pass it.
+    #[test]
+    fn a_pulls_layers_share_one_expansion_budget() {
+        let bomb = |byte: u8| {
+            let mut z = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+            let block = vec![byte; 1 << 20];
+            for _ in 0..400 {
+                z.write_all(&block).unwrap();
+            }
+            z.finish().unwrap()
+        };
+        let budget = Arc::new(Budget::default());
+        let mut refused = None;
+        for (i, b) in (1u8..=4).map(bomb).enumerate() {
+            let mut h = Hasher::within(&sha(&b), budget.clone());
+            if let Err(e) = b.chunks(1 << 16).try_for_each(|c| h.update(c)).and_then(|()| h.finish().map(|_| ())) {
+                refused = Some((i, e));
+                break;
+            }
+        }
+        let (i, e) = refused.expect("refused");
+        assert_eq!(i, 2, "the third 400 MiB layer passes 1 GiB together: {e}");
+        assert!(matches!(e, DiffIdError::ImageTooLarge { .. }), "{e}");
+        // Alone, each would have passed.
+        assert!(hash_in_chunks(&bomb(9), 1 << 16).is_ok());
     }
 
     /// The limit grows with the bytes that arrived, not with a size anyone declared: a stream

@@ -37,6 +37,10 @@ pub enum DocumentError {
     UnknownMediaType { what: &'static str, declared: String },
     #[error("{what} of media type {declared:?} has a {field:?} field that only another kind of document has")]
     WrongKind { what: &'static str, declared: String, field: &'static str },
+    #[error("index lists a manifest for platform {platform} that needs OS features (containerd 2.4 passes over it, earlier versions choose it)")]
+    OsFeatures { platform: String },
+    #[error("{what} has a descriptor of size {size}, larger than containerd reads (a signed 64-bit number)")]
+    Size { what: &'static str, size: u64 },
     #[error("index lists {count} different manifests for platform {platform} (containerd and pullgate could choose different ones)")]
     AmbiguousPlatform { platform: String, count: usize },
     #[error("{what}: {reason}")]
@@ -49,6 +53,7 @@ type Result<T> = std::result::Result<T, DocumentError>;
 #[derive(Debug, Clone, PartialEq)]
 enum Node {
     Scalar,
+    Null,
     Str(String),
     Array(Vec<Node>),
     Object(Vec<(String, Node)>),
@@ -75,7 +80,7 @@ impl<'de> Deserialize<'de> for Node {
                 Ok(Node::Scalar)
             }
             fn visit_unit<E>(self) -> std::result::Result<Node, E> {
-                Ok(Node::Scalar)
+                Ok(Node::Null)
             }
             fn visit_str<E>(self, s: &str) -> std::result::Result<Node, E> {
                 Ok(Node::Str(s.to_string()))
@@ -115,7 +120,7 @@ impl Node {
         match self {
             Node::Object(kv) => kv.iter().any(|(k, v)| want(k) || v.has_key(want)),
             Node::Array(items) => items.iter().any(|n| n.has_key(want)),
-            Node::Scalar | Node::Str(_) => false,
+            Node::Scalar | Node::Null | Node::Str(_) => false,
         }
     }
 
@@ -319,7 +324,8 @@ fn top(bytes: &[u8], declared: &str) -> Result<(String, Node)> {
         return Err(DocumentError::MediaType { what, inner: inner.to_string(), declared: declared.to_string() });
     }
     let kind = declared.to_string();
-    let wrong = if is_index(&kind) { ["config", "layers"].into_iter().find(|f| node.get(f).is_some()) } else { node.get("manifests").map(|_| "manifests") };
+    // containerd refuses a document with `fsLayers` (schema 1, not supported) even empty.
+    let wrong = if is_index(&kind) { ["config", "layers", "fsLayers"].into_iter().find(|f| node.get(f).is_some()) } else { ["manifests", "fsLayers"].into_iter().find(|f| node.get(f).is_some()) };
     if let Some(field) = wrong {
         return Err(DocumentError::WrongKind { what, declared: kind, field });
     }
@@ -332,16 +338,60 @@ pub fn manifest(bytes: &[u8], declared: &str) -> Result<oci_spec::image::ImageMa
     if is_index(&kind) {
         return Err(DocumentError::WrongKind { what: "image manifest", declared: kind, field: "manifests" });
     }
-    oci_spec::image::ImageManifest::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "image manifest", reason: e.to_string() })
+    let m = oci_spec::image::ImageManifest::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "image manifest", reason: e.to_string() })?;
+    sizes_fit("image manifest", std::iter::once(m.config()).chain(m.layers()))?;
+    Ok(m)
+}
+
+/// containerd reads a descriptor's size as a signed 64-bit number: a larger one is refused.
+fn sizes_fit<'a>(what: &'static str, mut ds: impl Iterator<Item = &'a oci_spec::image::Descriptor>) -> Result<()> {
+    match ds.find(|d| d.size() > i64::MAX as u64) {
+        Some(d) => Err(DocumentError::Size { what, size: d.size() }),
+        None => Ok(()),
+    }
 }
 
 /// An index, read as containerd reads it (see the module's rule).
 pub fn index(bytes: &[u8], declared: &str) -> Result<oci_spec::image::ImageIndex> {
-    let kind = media_type_of(bytes, declared)?;
+    let (kind, node) = top(bytes, declared)?;
     if !is_index(&kind) {
         return Err(DocumentError::WrongKind { what: "index", declared: kind, field: "config" });
     }
-    oci_spec::image::ImageIndex::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "index", reason: e.to_string() })
+    let mut idx = oci_spec::image::ImageIndex::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "index", reason: e.to_string() })?;
+    sizes_fit("index", idx.manifests().iter())?;
+    platforms_as_go_reads_them(&mut idx, &node)?;
+    Ok(idx)
+}
+
+/// oci-spec names a platform's `os.version` and `os.features` `osVersion` and `osFeatures`
+/// (its serde renaming), keys Go's image-spec ignores, and ignores the ones Go reads: each
+/// entry's two fields are set here from the document as Go reads it.
+fn platforms_as_go_reads_them(idx: &mut oci_spec::image::ImageIndex, node: &Node) -> Result<()> {
+    let entries = match node.get("manifests") {
+        Some(Node::Array(a)) => a.as_slice(),
+        _ => &[],
+    };
+    let bad = |field: &str| DocumentError::Parse { what: "index", reason: format!("a platform's {field:?} is not what containerd reads there") };
+    let mut manifests = idx.manifests().clone();
+    for (d, n) in manifests.iter_mut().zip(entries) {
+        let Some(mut p) = d.platform().clone() else { continue };
+        let pn = n.get("platform");
+        let version = match pn.and_then(|p| p.get("os.version")) {
+            None | Some(Node::Null) => None,
+            Some(Node::Str(v)) => Some(v.clone()),
+            Some(_) => return Err(bad("os.version")),
+        };
+        let features = match pn.and_then(|p| p.get("os.features")) {
+            None | Some(Node::Null) => None,
+            Some(Node::Array(items)) => Some(items.iter().map(|i| match i { Node::Str(f) => Ok(f.clone()), _ => Err(bad("os.features")) }).collect::<Result<Vec<_>>>()?),
+            Some(_) => return Err(bad("os.features")),
+        };
+        p.set_os_version(version);
+        p.set_os_features(features);
+        d.set_platform(Some(p));
+    }
+    idx.set_manifests(manifests);
+    Ok(())
 }
 
 /// An image config, read as containerd reads it (see the module's rule).
@@ -375,7 +425,7 @@ fn normalize_arch(arch: &str, variant: &str) -> (String, String) {
         ("i386", _) => ("386".into(), String::new()),
         ("x86_64" | "x86-64" | "amd64", "v1") => ("amd64".into(), String::new()),
         ("x86_64" | "x86-64", _) => ("amd64".into(), variant),
-        ("aarch64" | "arm64", "8" | "v8") => ("arm64".into(), String::new()),
+        ("aarch64" | "arm64", "8" | "v8" | "v8.0") => ("arm64".into(), String::new()),
         ("aarch64", _) => ("arm64".into(), variant),
         ("armhf", _) => ("arm".into(), "v7".into()),
         ("armel", _) => ("arm".into(), "v6".into()),
@@ -412,6 +462,11 @@ pub fn same_os_arch(p: &oci_spec::image::Platform, os: &str, arch: &str) -> bool
 /// the same image containerd would run.
 pub fn select_platform<'a>(idx: &'a oci_spec::image::ImageIndex, os: &str, arch: &str, variant: Option<&str>) -> Result<Option<&'a oci_spec::image::Descriptor>> {
     let mut found: Vec<&oci_spec::image::Descriptor> = Vec::new();
+    // An entry of this OS and architecture naming OS features: containerd 2.4 passes over it
+    // (its matcher wants them among the node's, which are none), 1.7 and 2.1 choose it.
+    if let Some(p) = idx.manifests().iter().filter_map(|d| d.platform().as_ref()).find(|p| same_os_arch(p, os, arch) && p.os_features().as_ref().is_some_and(|f| !f.is_empty())) {
+        return Err(DocumentError::OsFeatures { platform: format!("{}/{}", p.os(), p.architecture()) });
+    }
     for d in idx.manifests() {
         if d.platform().as_ref().is_some_and(|p| platform_matches(p, os, arch, variant)) && !found.iter().any(|f| f.digest() == d.digest()) {
             found.push(d);
@@ -597,6 +652,26 @@ mod tests {
         assert!(is_checkpoint(m(r#""org.criu.checkpoint.container.name":"a","org.criu.checkpoint.container.name":"b""#).as_bytes(), OCI_MANIFEST).is_err());
         assert!(is_checkpoint(manifest_with(r#","Annotations":{"org.criu.checkpoint.container.name":"a"}"#).as_bytes(), OCI_MANIFEST).is_err());
         assert!(is_checkpoint(b"{", OCI_MANIFEST).is_err());
+    }
+
+    /// Found by reading containerd's own code beside pullgate's (tests/difftest).
+    #[test]
+    fn what_containerd_reads_otherwise_is_refused() {
+        let entry = |d: &str, platform: &str| format!(r#"{{"mediaType":"{OCI_MANIFEST}","digest":"{d}","size":1,"platform":{platform}}}"#);
+        let idx = |entries: &[String]| index(format!(r#"{{"schemaVersion":2,"manifests":[{}]}}"#, entries.join(",")).as_bytes(), OCI_INDEX).unwrap();
+        // OS features: 2.4 passes over the entry, 1.7 and 2.1 choose it.
+        let feat = idx(&[entry(LAYER, r#"{"os":"linux","architecture":"amd64","os.features":["win32k"]}"#), entry(OTHER, r#"{"os":"linux","architecture":"386"}"#)]);
+        assert!(matches!(select_platform(&feat, "linux", "amd64", None), Err(DocumentError::OsFeatures { .. })));
+        let none = idx(&[entry(LAYER, r#"{"os":"linux","architecture":"amd64","os.features":[]}"#)]);
+        assert!(select_platform(&none, "linux", "amd64", None).unwrap().is_some());
+        // arm64/v8.0 is arm64 to containerd: two images for one platform.
+        let arm = idx(&[entry(OTHER, r#"{"os":"linux","architecture":"arm64","variant":"v8.0"}"#), entry(LAYER, r#"{"os":"linux","architecture":"arm64"}"#)]);
+        assert!(matches!(select_platform(&arm, "linux", "arm64", None), Err(DocumentError::AmbiguousPlatform { .. })));
+        // Schema 1's fsLayers, even empty: containerd does not read the document.
+        assert!(matches!(manifest(manifest_with(r#","fsLayers":[]"#).as_bytes(), OCI_MANIFEST), Err(DocumentError::WrongKind { field: "fsLayers", .. })));
+        // A size past a signed 64-bit number.
+        let huge = manifest_with("").replace(r#""size":1}]"#, r#""size":18446744073709551615}]"#);
+        assert!(matches!(manifest(huge.as_bytes(), OCI_MANIFEST), Err(DocumentError::Size { .. })), "{huge}");
     }
 
     #[test]

@@ -277,8 +277,12 @@ check "5c: imported by an administrator, the checkpoint image is present" bash -
 cimg=$("${CTR[@]}" -n k8s.io images ls -q | grep c/ckpt | head -1)
 check_refused "5c: its CreateContainer is refused: pullgate cannot decide a restore" "checkpoint image" "$PRIVMSG" \
   run_in front app-c team-c "$SID_C" c6 "$cimg"
-check_refused "5d: a CreateContainer naming a file on the node (2.x: a checkpoint archive) is refused" "not an image on the node" "" \
+check_refused "5d: a CreateContainer naming a file on the node (2.x: a checkpoint archive) is refused" "names a file on the node" "" \
   run_in front app-c team-c "$SID_C" c7 /etc/hostname
+# A name that is an image name too (docker.io/etc/hostname) and, from containerd's working
+# directory (/), a file: containerd 2.1 would restore from the file.
+check_refused "5d: so is one naming a file from containerd's working directory (etc/hostname)" "names a file on the node" "" \
+  run_in front app-c team-c "$SID_C" c7b etc/hostname
 # The annotation's key written with a JSON escape ("org.criu.checkpoin\u0074..."): the same key
 # to containerd, which decodes the document before it looks. A restore pulls the image its
 # metadata names (PUB_REF, a repository nobody pulled; containerd 2.1 and 2.4 file it under that

@@ -374,6 +374,21 @@ if [ "$V" != 1.6 ]; then
   pub_labelled() { "${CTR[@]}" namespaces ls | grep -E "^$PUBNS " | grep -q "$SHAREABLE=true"; }
   check "the label is removed (as an operator or a client may)" ctr_ namespaces label "$PUBNS" "$SHAREABLE="
   check "(it is gone)" not pub_labelled
+  # A pull dropped (its client gone) after it labelled the namespace and before it looked at
+  # what the namespace holds again: the label goes with it. pullgate restarted with a stall
+  # point there (PULLGATE_STALL_AT), the client killed while the pull waits at it.
+  kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
+  PULLGATE_STALL_AT=public.labelled:30 start_pullgate "$PG" && wait_backend || fail "10: pullgate restarts with a stall point"
+  stalls() { grep -c "stall point reached" "$PG/log"; }
+  before=$(stalls)
+  timeout 60 "$PG_BIN" pull --address "$PG/api.sock" -n S0 --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" >/dev/null 2>&1 & client=$!
+  wait_for 30 bash -c "[ \$(grep -c 'stall point reached' '$PG/log') -gt $before ]" || fail "10: the pull reaches the stall point"
+  check "10: the pull labelled the public namespace before it stalled" pub_labelled
+  kill "$client"; wait "$client" 2>/dev/null
+  check "10: the client gone, the label is taken away" wait_for 10 not pub_labelled
+  check "10: pullgate's log says why" grep -q "a check of pullgate's public namespace was cancelled: its shareable label is taken away" "$PG/log"
+  kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
+  start_pullgate "$PG" && wait_backend || fail "10: pullgate restarts without the stall point"
   labelled_logs() { grep -c "pullgate's public namespace labelled: everything it holds is public" "$PG/log"; }
   before=$(labelled_logs)
   out=$(pg pull -n S1 --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?

@@ -408,6 +408,15 @@ impl Front {
     /// for one), and a checkpoint image (containerd 2.x restores it onto another image, which it
     /// pulls itself): pullgate could not decide what the container would run.
     async fn claimed_layers(&self, spec: cri::ImageSpec, shown: &str) -> Result<Vec<String>, Status> {
+        // containerd 2.1 looks for a file of that name before it looks for an image: a
+        // checkpoint archive to restore from (relative paths from its working directory, "/"
+        // as a service; pullgate's own too, to be sure), whatever image the name also is.
+        let named = std::path::Path::new(&spec.image);
+        if !spec.image.is_empty() && (named.exists() || std::path::Path::new("/").join(named).exists()) {
+            return Err(Status::failed_precondition(format!(
+                "pullgate cannot decide a container of image {shown}: it names a file on the node, which containerd restores from as a checkpoint archive; not supported through pullgate"
+            )));
+        }
         let st: cri::ImageStatusResponse = self.call("/runtime.v1.ImageService/ImageStatus", cri::ImageStatusRequest { image: Some(spec), verbose: false }).await?;
         let undecidable = |why: &str| Status::failed_precondition(format!("pullgate cannot decide a container of image {shown}: {why}"));
         let Some(image) = st.image.filter(|i| crate::reference::is_digest(&i.id)) else {

@@ -285,6 +285,7 @@ impl Puller {
             // would leave the label without it: the guard takes the label away then.
             let guard = UnshareOnDrop(Some(there.clone()));
             if there.make_shareable().await? {
+                crate::crashpoint::stall("public.labelled").await;
                 self.held_only_public(&there).await?;
                 tracing::info!(namespace = ns, label = containerd::SHAREABLE_LABEL, "pullgate's public namespace labelled: everything it holds is public");
             }
@@ -549,7 +550,7 @@ impl Puller {
         if cd.has_content(&b.digest).await? {
             return Ok(false);
         }
-        Self::fetch(sess, cd, b, true, false, who).await?;
+        Self::fetch(sess, cd, b, true, false, who, &Default::default()).await?;
         Ok(true)
     }
 
@@ -727,14 +728,14 @@ impl Puller {
                 got.newly_served.push(b.digest.clone());
             }
         }
-        let done = Job::run_all(jobs, sess, cd, who, FETCH_CONCURRENCY).await;
+        let done = Job::run_all(jobs, sess, cd, who, FETCH_CONCURRENCY, &got.budget).await;
         for d in done {
             got.took(d?);
         }
         for (b, holder) in from_store {
             let hashed = match &holder {
-                None => Self::hash_from_store(cd, &b.digest, b.size).await,
-                Some(ns) => Self::hash_from_store(&cd.elsewhere(ns), &b.digest, b.size).await,
+                None => Self::hash_from_store(cd, &b.digest, b.size, &got.budget).await,
+                Some(ns) => Self::hash_from_store(&cd.elsewhere(ns), &b.digest, b.size, &got.budget).await,
             };
             match hashed {
                 Ok(v) => got.verified.push(v),
@@ -796,7 +797,8 @@ impl Puller {
             let publish = public_cd.as_ref().filter(|(_, public)| public.contains(&blob.digest)).map(|(p, _)| p.clone());
             Job::Copy { blob, from, keep, publish }
         });
-        let mut done = Job::stream(jobs, sess, cd, placing.who, COPY_CONCURRENCY);
+        let budget = got.budget.clone();
+        let mut done = Job::stream(jobs, sess, cd, placing.who, COPY_CONCURRENCY, &budget);
         let mut failed = None;
         while let Some((digest, d)) = done.next().await {
             // Whether the namespace now holds the blob is told at once (a failed job's
@@ -1119,9 +1121,9 @@ impl Puller {
     /// Streams one blob from the origin (checked against its digest) into the content store,
     /// or, when `keep` is false, only reads and checks it; with `hash`, computes its layer ID
     /// from the same bytes.
-    async fn fetch(sess: &mut Session, cd: &Containerd, b: &Blob, keep: bool, hash: bool, labels: &HashMap<String, String>) -> Result<Option<Verified>> {
+    async fn fetch(sess: &mut Session, cd: &Containerd, b: &Blob, keep: bool, hash: bool, labels: &HashMap<String, String>, budget: &Arc<diffid::Budget>) -> Result<Option<Verified>> {
         let mut reader = sess.open_blob(&b.digest, b.size).await?;
-        let mut hasher = hash.then(|| BackgroundHasher::new(&b.digest));
+        let mut hasher = hash.then(|| BackgroundHasher::new(&b.digest, budget.clone()));
         let mut w = keep.then(|| cd.writer(&b.digest, b.size));
         while let Some(chunk) = reader.next_chunk().await? {
             let stopped = match &mut hasher {
@@ -1153,8 +1155,8 @@ impl Puller {
     }
 
     /// The layer ID of a blob already in the namespace's content store (local work only).
-    async fn hash_from_store(cd: &Containerd, digest: &str, size: u64) -> Result<Verified> {
-        let mut h = BackgroundHasher::new(digest);
+    async fn hash_from_store(cd: &Containerd, digest: &str, size: u64, budget: &Arc<diffid::Budget>) -> Result<Verified> {
+        let mut h = BackgroundHasher::new(digest, budget.clone());
         let mut r = cd.blob_bytes(digest, size).await?;
         while let Some(c) = r.next_chunk().await? {
             if !h.update(bytes::Bytes::from(c)).await {
@@ -1202,9 +1204,9 @@ struct BackgroundHasher {
 }
 
 impl BackgroundHasher {
-    fn new(blob: &str) -> BackgroundHasher {
+    fn new(blob: &str, budget: Arc<diffid::Budget>) -> BackgroundHasher {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
-        let mut h = diffid::Hasher::new(blob);
+        let mut h = diffid::Hasher::within(blob, budget);
         let task = tokio::task::spawn_blocking(move || {
             while let Some(c) = rx.blocking_recv() {
                 h.update(&c)?;
@@ -1335,6 +1337,8 @@ struct Gathered {
     to_copy: Vec<(Blob, String, bool)>,
     /// Layer IDs computed from blobs' bytes in this pull.
     verified: Vec<Verified>,
+    /// How far this pull's layers may expand together while they are hashed.
+    budget: Arc<diffid::Budget>,
     /// Layers a pull adopts beside its unpack (a shared content store; `adopt_beside`).
     deferred: Vec<Blob>,
     /// What the namespace holds is asked beside the ledger's commit (a verify under a shared
@@ -1373,8 +1377,8 @@ enum Done {
 
 impl Job {
     /// Runs jobs, `at_once` at a time; what they keep is committed with `labels`.
-    async fn run_all(jobs: impl IntoIterator<Item = Job>, sess: &Session, cd: &Containerd, labels: &HashMap<String, String>, at_once: usize) -> Vec<Result<Done>> {
-        Self::stream(jobs, sess, cd, labels, at_once).map(|(_, d)| d).collect().await
+    async fn run_all(jobs: impl IntoIterator<Item = Job>, sess: &Session, cd: &Containerd, labels: &HashMap<String, String>, at_once: usize, budget: &Arc<diffid::Budget>) -> Vec<Result<Done>> {
+        Self::stream(jobs, sess, cd, labels, at_once, budget).map(|(_, d)| d).collect().await
     }
 
     /// Runs jobs, `at_once` at a time, each outcome as it comes, with its blob's digest.
@@ -1384,6 +1388,7 @@ impl Job {
         cd: &'a Containerd,
         labels: &'a HashMap<String, String>,
         at_once: usize,
+        budget: &'a Arc<diffid::Budget>,
     ) -> impl futures_util::Stream<Item = (String, Result<Done>)> + 'a {
         futures_util::stream::iter(jobs)
             .map(move |job| {
@@ -1391,12 +1396,12 @@ impl Job {
                 let digest = match &job {
                     Job::Copy { blob, .. } | Job::Fetch { blob, .. } => blob.digest.clone(),
                 };
-                async move { (digest, job.run(&mut s, cd, labels).await) }
+                async move { (digest, job.run(&mut s, cd, labels, budget).await) }
             })
             .buffer_unordered(at_once)
     }
 
-    async fn run(self, sess: &mut Session, cd: &Containerd, labels: &HashMap<String, String>) -> Result<Done> {
+    async fn run(self, sess: &mut Session, cd: &Containerd, labels: &HashMap<String, String>, budget: &Arc<diffid::Budget>) -> Result<Done> {
         let (blob, keep, hash) = match self {
             Job::Copy { blob, from, keep, publish } => match Self::copy(cd, publish.as_ref(), &from, &blob, labels).await {
                 Ok(()) => return Ok(Done::Copied(blob.digest)),
@@ -1410,7 +1415,7 @@ impl Job {
             },
             Job::Fetch { blob, keep, hash } => (blob, keep, hash),
         };
-        let verified = Puller::fetch(sess, cd, &blob, keep, hash, labels).await?;
+        let verified = Puller::fetch(sess, cd, &blob, keep, hash, labels, budget).await?;
         Ok(Done::Fetched { digest: blob.digest, keep, verified })
     }
 
@@ -1436,7 +1441,8 @@ impl Gathered {
     async fn fetch_instead(&mut self, b: Blob, hash: bool, sess: &Session, cd: &Containerd, labels: &HashMap<String, String>) -> Result<()> {
         let keep = self.to_copy.iter().any(|(c, _, keep)| c.digest == b.digest && *keep);
         self.to_copy.retain(|(c, _, _)| c.digest != b.digest);
-        self.took(Job::Fetch { blob: b, keep, hash }.run(&mut sess.clone(), cd, labels).await?);
+        let budget = self.budget.clone();
+        self.took(Job::Fetch { blob: b, keep, hash }.run(&mut sess.clone(), cd, labels, &budget).await?);
         Ok(())
     }
 

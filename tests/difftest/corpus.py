@@ -169,6 +169,23 @@ def hand_written(cp):
     cp.add("arm64-only", index_doc([entry(m2, plat("arm64"))]), OCI_INDEX, m2, c2)
     cp.add("nested-index", index_doc([entry(idx, plat("amd64"), OCI_INDEX)]), OCI_INDEX, idx, m1, c1, m2, c2)
     cp.add("empty-index", index_doc([]), OCI_INDEX)
+    # OS features (containerd 2.4 passes over such an entry), arm64 variants, schema 1, sizes.
+    feat = plat("amd64")[:-1] + ',"os.features":["win32k"]}'
+    cp.add("osfeatures-then-386", index_doc([entry(m1, feat), entry(m2, plat("386"))]), OCI_INDEX, m1, c1, m2, c2)
+    cp.add("osfeatures-then-noplatform", index_doc([entry(m1, feat), entry(m2, None)]), OCI_INDEX, m1, c1, m2, c2)
+    cp.add("osfeatures-only", index_doc([entry(m1, feat)]), OCI_INDEX, m1, c1)
+    cp.add("osfeatures-empty", index_doc([entry(m1, plat("amd64")[:-1] + ',"os.features":[]}')]), OCI_INDEX, m1, c1)
+    for odd in ['5', '"win32k"', '[1]', 'null', '{}']:
+        cp.add(f"osfeatures-{odd}", index_doc([entry(m1, plat("amd64")[:-1] + f',"os.features":{odd}}}')]), OCI_INDEX, m1, c1)
+        cp.add(f"osversion-{odd}", index_doc([entry(m1, plat("amd64")[:-1] + f',"os.version":{odd}}}')]), OCI_INDEX, m1, c1)
+    cp.add("osfeatures-camel", index_doc([entry(m1, plat("amd64")[:-1] + ',"osFeatures":["x"]}'), entry(m2, plat("386"))]), OCI_INDEX, m1, c1, m2, c2)
+    for v in ["v8.0", "v8", "8", "V8", "v9", None]:
+        cp.add(f"arm64-{v}-first", index_doc([entry(m2, plat("arm64", variant=v)), entry(m1, plat("arm64"))]), OCI_INDEX, m1, c1, m2, c2)
+    cp.add("arm-variants", index_doc([entry(m2, plat("arm", variant="v6")), entry(m1, plat("arm", variant="v7"))]), OCI_INDEX, m1, c1, m2, c2)
+    cp.add("fslayers-empty", manifest_doc(c1, [fake(11)], extra=',"fsLayers":[]'), OCI_MANIFEST, c1)
+    cp.add("fslayers-null", manifest_doc(c1, [fake(11)], extra=',"fsLayers":null'), OCI_MANIFEST, c1)
+    for size in ["9223372036854775807", "9223372036854775808", "18446744073709551615"]:
+        cp.add(f"layer-size-{size}", manifest_doc(c1, [fake(11)]).replace(b'"size":100', f'"size":{size}'.encode()), OCI_MANIFEST, c1)
     cp.add("index-missing-blob", index_doc([entry(m1, plat("amd64"))]), OCI_INDEX)
     # Checkpoint images: the annotation containerd's CRI looks up, written every way.
     for name, ann in [("literal", '"org.criu.checkpoint.container.name":"app"'),

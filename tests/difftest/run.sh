@@ -22,12 +22,16 @@ fail=0
 readers=()
 for d in "$DEPS"/docread-v*/docread; do [ -x "$d" ] && readers+=("$d"); done
 [ ${#readers[@]} -ge 3 ] || { echo "difftest: expected containerd's docread for 1.7, 2.1 and 2.4 under $DEPS (scripts/setup.sh builds them), found ${#readers[@]}"; exit 1; }
+# Each corpus read for the platforms nodes run (an index's entries are chosen per platform).
 for c in fixed drawn; do
-  "$here/target/release/examples/docread" "$work/$c" > "$work/$c.pullgate" || { echo "difftest: pullgate's docread failed on $c"; fail=1; continue; }
-  for r in "${readers[@]}"; do
-    v=$(basename "$(dirname "$r")"); v=${v#docread-}
-    "$r" "$work/$c" > "$work/$c.$v" 2> "$work/$c.$v.err" || { echo "difftest: containerd $v's docread failed on $c: $(tail -3 "$work/$c.$v.err")"; fail=1; continue; }
-    python3 "$here/tests/difftest/compare.py" "containerd $v, $c corpus" "$work/$c.pullgate" "$work/$c.$v" || fail=1
+  for platform in linux/amd64 linux/arm64 linux/arm/v7; do
+    out=$work/$c.${platform//\//_}
+    "$here/target/release/examples/docread" --platform "$platform" "$work/$c" > "$out.pullgate" || { echo "difftest: pullgate's docread failed on $c"; fail=1; continue; }
+    for r in "${readers[@]}"; do
+      v=$(basename "$(dirname "$r")"); v=${v#docread-}
+      "$r" -platform "$platform" "$work/$c" > "$out.$v" 2> "$out.$v.err" || { echo "difftest: containerd $v's docread failed on $c: $(tail -3 "$out.$v.err")"; fail=1; continue; }
+      python3 "$here/tests/difftest/compare.py" "containerd $v, $platform, $c corpus" "$out.pullgate" "$out.$v" || fail=1
+    done
   done
 done
 exit $fail
