@@ -4,7 +4,9 @@
 //! start-up time, ledger file size and resident memory. Sizes can be changed with
 //! PULLGATE_BENCH_MANIFESTS, PULLGATE_BENCH_NAMESPACES. With PULLGATE_BENCH_STARTUP=N,M,...
 //! (recorded blobs, e.g. 100000,1000000) it measures start-up and memory at those sizes instead;
-//! with PULLGATE_BENCH_COLD=1, an unpack decision made first after a pause, and its parts.
+//! with PULLGATE_BENCH_COLD=1, an unpack decision made first after a pause, and its parts; with
+//! PULLGATE_BENCH_PRINCIPALS=N,M,... decisions in one namespace holding N grants of distinct
+//! principals (k8s.io with a principal per pod).
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -29,6 +31,14 @@ fn main() {
     if std::env::var_os("PULLGATE_BENCH_COLD").is_some() {
         if let Err(e) = pullgate::benchkit::run_cold(&p) {
             eprintln!("cold-decision benchmark failed: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if let Ok(sizes) = std::env::var("PULLGATE_BENCH_PRINCIPALS") {
+        let sizes: Vec<usize> = sizes.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+        if let Err(e) = pullgate::benchkit::run_principals(&sizes) {
+            eprintln!("principals benchmark failed: {e}");
             std::process::exit(1);
         }
         return;

@@ -419,3 +419,72 @@ fn sha2_of(s: &str) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(s.as_bytes()).into()
 }
+
+/// Decisions in one namespace whose grants belong to many principals (`k8s.io` under the CRI
+/// front with `[cri] principal = "pod"`: a grant per pod): a container's use of a chain by a
+/// principal holding a grant (allowed) and by one holding none (refused), and an unpack step
+/// (any grant of the namespace), at each of `sizes` grants, side by side.
+pub fn run_principals(sizes: &[usize]) -> Result<(), Box<dyn std::error::Error>> {
+    println!("| grants in k8s.io | use, own grant (p50 wall / cpu) | use, no grant (p50 wall / cpu) | unpack step (p50 wall / cpu) |");
+    println!("|------------------|--------------------------------|--------------------------------|------------------------------|");
+    for &n in sizes {
+        let dir = tempfile::tempdir()?;
+        let ns = "k8s.io";
+        let cfg = GateConfig { require_principal: [ns.to_string()].into(), tenant_principals: [ns.to_string()].into(), ..Default::default() };
+        let gate = Arc::new(Gate::new(cfg));
+        let snap = Snapshotter::open(dir.path(), Driver::Copy, gate.clone())?;
+        let store = snap.store();
+        let origin = "registry.example.com:5000/team/app";
+        let manifest = digest("manifest", 0);
+        let mut diff_ids = Vec::new();
+        store.write(|tx| -> Result<(), ledger::LedgerError> {
+            let mut layers = Vec::new();
+            for l in 0..10 {
+                let payload = format!("blob-{l}");
+                let b = crate::registry::sha256_digest(payload.as_bytes());
+                let mut h = crate::diffid::Hasher::new(&b);
+                let v = h.update(payload.as_bytes()).and_then(|()| h.finish()).map_err(|e| StoreError::Corrupt { key: b.clone(), reason: e.to_string() })?;
+                ledger::record_pairing(tx, &v)?;
+                ledger::record_blob(tx, &b, origin, "hmac-sha256:bench", 1)?;
+                diff_ids.push(v.diff_id().to_string());
+                layers.push(b);
+            }
+            let rec = ManifestRec { config: digest("config", 0), layers, diff_ids: diff_ids.clone(), origins: [origin.to_string()].into(), names: Default::default() };
+            ledger::record_manifest(tx, &manifest, &rec)?;
+            Ok(())
+        })?;
+        for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+            store.write(|tx| -> Result<(), StoreError> {
+                for i in chunk {
+                    ledger::put_grant(tx, ns, &format!("team-{i}/pod-{i}"), origin, &manifest, "hmac-sha256:bench", now_ns())?;
+                }
+                Ok(())
+            })?;
+        }
+        let chain = ChainInfo { chain_id: String::new(), diff_ids: diff_ids.clone(), ..Default::default() };
+        let parent = ChainInfo { chain_id: ledger::chain_ids(&diff_ids[..9]).pop().unwrap_or_default(), diff_ids: diff_ids[..9].to_vec(), ..Default::default() };
+        let target = ledger::chain_ids(&diff_ids).pop().unwrap_or_default();
+        let (mut own, mut none, mut unpack) = (Samples::default(), Samples::default(), Samples::default());
+        for i in 0..300 {
+            let p = format!("team-{}/pod-{}", (i * 7919) % n, (i * 7919) % n);
+            let (r, wall, cpu) = timed(|| store.read(|tx| Ok::<_, StoreError>(gate.use_chain(tx, &Subject { namespace: ns, principal: &p }, &chain))));
+            r?.map_err(|e| format!("{p}: {e}"))?;
+            own.push(wall, cpu);
+            let (r, wall, cpu) = timed(|| store.read(|tx| Ok::<_, StoreError>(gate.use_chain(tx, &Subject { namespace: ns, principal: "team-x/none" }, &chain))));
+            if r?.is_ok() {
+                return Err("a principal without a grant was allowed".into());
+            }
+            none.push(wall, cpu);
+            let (r, wall, cpu) = timed(|| store.read(|tx| Ok::<_, StoreError>(gate.extract(tx, &Subject { namespace: ns, principal: "" }, &parent, &target))));
+            r?.map_err(|e| format!("unpack: {e}"))?;
+            unpack.push(wall, cpu);
+        }
+        let cell = |s: &Samples| format!("{:.0} µs / {:.0} µs", s.at(0.5, true), s.at(0.5, false));
+        println!("| {n:>16} | {:>30} | {:>30} | {:>28} |", cell(&own), cell(&none), cell(&unpack));
+    }
+    Ok(())
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}

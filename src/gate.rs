@@ -148,9 +148,24 @@ impl<'a> LayerId<'a> {
 }
 
 impl GrantView {
+    /// Every grant of namespace `ns` (any of them lets the namespace materialise a layer).
     fn load(tx: &impl LedgerRead, ns: &str) -> Result<GrantView, StoreError> {
-        let entries = ledger::grants(tx, Some(ns))?;
-        Ok(GrantView { manifest_layers: vec![None; entries.len()], entries })
+        Ok(GrantView::of(ledger::grants(tx, Some(ns))?))
+    }
+
+    /// The grants that can speak for `principal`'s use of a chain in `ns`: its own, and the
+    /// namespace-wide ones unless the namespace requires principals. Read by key prefix, so a
+    /// decision costs the same however many other principals (pods) hold grants there.
+    fn load_for(tx: &impl LedgerRead, ns: &str, principal: &str, namespace_wide: bool) -> Result<GrantView, StoreError> {
+        let mut entries = ledger::grants_of(tx, ns, principal)?;
+        if namespace_wide && !principal.is_empty() {
+            entries.extend(ledger::grants_of(tx, ns, "")?);
+        }
+        Ok(GrantView::of(entries))
+    }
+
+    fn of(entries: Vec<ledger::GrantEntry>) -> GrantView {
+        GrantView { manifest_layers: vec![None; entries.len()], entries }
     }
 
     /// Whether the manifest of grant `i` contains layer `d`: None if not, else whether the
@@ -253,7 +268,7 @@ impl Gate {
     /// Use: a container rootfs or a view on top of `parent`, by `s.principal`. In a namespace
     /// that requires principals, a request without one may use public layers only.
     pub fn use_chain(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo) -> Result<(), GateError> {
-        let mut grants = GrantView::load(tx, s.namespace)?;
+        let mut grants = GrantView::load_for(tx, s.namespace, s.principal, !self.cfg.require_principal.contains(s.namespace))?;
         match self.check_chain(tx, s, parent, None, true, &mut grants) {
             Err(GateError::Denied(mut d)) if s.principal.is_empty() && self.cfg.require_principal.contains(s.namespace) => {
                 d.reason = format!("this namespace requires a principal, and no principal was given ({})", d.reason);
@@ -377,7 +392,12 @@ impl Gate {
                 stale = true;
             }
         }
-        let image = self.own_image_name(tx, s, grants, id)?;
+        // The name for the message: where principals are separate tenants, from the requester's
+        // own grants (loaded); elsewhere from any grant of the namespace, read for this refusal.
+        let image = match self.cfg.tenant_principals.contains(s.namespace) || !per_principal {
+            true => self.own_image_name(tx, s, grants, id)?,
+            false => self.own_image_name(tx, s, &mut GrantView::load(tx, s.namespace)?, id)?,
+        };
         let reason = if stale {
             "the grant for it is older than reverify_after".to_string()
         } else if per_principal {

@@ -536,12 +536,20 @@ pub fn put_grant(tx: &mut WriteTx, ns: &str, principal: &str, origin: &str, mani
 
 /// Grants of one namespace (all namespaces when `ns` is None).
 pub fn grants(tx: &impl LedgerRead, ns: Option<&str>) -> Result<Vec<GrantEntry>, StoreError> {
-    let prefix = ns.map(|n| key(&[n, ""])).unwrap_or_default();
+    scan_grants(tx, &ns.map(|n| key(&[n, ""])).unwrap_or_default())
+}
+
+fn scan_grants(tx: &impl LedgerRead, prefix: &str) -> Result<Vec<GrantEntry>, StoreError> {
     let mut out = Vec::new();
-    for (k, grant) in tx.scan::<Grant>(Collection::Grants, &prefix)? {
+    for (k, grant) in tx.scan::<Grant>(Collection::Grants, prefix)? {
         out.push(GrantEntry::new(k, grant).map_err(|k| StoreError::Corrupt { key: k.replace('\0', "|"), reason: "grant key has not 4 parts".into() })?);
     }
     Ok(out)
+}
+
+/// Grants of principal `principal` in `ns` (`""`: the namespace-wide ones), by key prefix.
+pub fn grants_of(tx: &impl LedgerRead, ns: &str, principal: &str) -> Result<Vec<GrantEntry>, StoreError> {
+    scan_grants(tx, &key(&[ns, principal, ""]))
 }
 
 /// Removes the grants of `ns` matching `principal` (None: every principal) whose origin
