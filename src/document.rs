@@ -396,8 +396,62 @@ fn platforms_as_go_reads_them(idx: &mut oci_spec::image::ImageIndex, node: &Node
 
 /// An image config, read as containerd reads it (see the module's rule).
 pub fn config(bytes: &[u8]) -> Result<oci_spec::image::ImageConfiguration> {
-    read("image config", bytes, Shape::Image)?;
+    let node = read("image config", bytes, Shape::Image)?;
+    // Go reads `created` (the config's and each history entry's) as a time.Time: a string it
+    // cannot parse makes the config unreadable to containerd. oci-spec keeps any string.
+    let histories = match node.get("history") {
+        Some(Node::Array(h)) => h.iter().collect(),
+        _ => Vec::new(),
+    };
+    for n in std::iter::once(&node).chain(histories) {
+        match n.get("created") {
+            None | Some(Node::Null) => {}
+            Some(Node::Str(t)) if rfc3339(t) => {}
+            Some(_) => return Err(DocumentError::Parse { what: "image config", reason: "a \"created\" time containerd cannot read (RFC 3339)".into() }),
+        }
+    }
     oci_spec::image::ImageConfiguration::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "image config", reason: e.to_string() })
+}
+
+/// An RFC 3339 time as Go's time.Time reads it on its strict path
+/// (`2006-01-02T15:04:05[.frac](Z|±hh:mm)`, fields in range, the day in its month). Written by
+/// hand: a handful of lines, against a date crate for one check; a form only Go's lenient
+/// fallback takes is refused (the safe direction).
+fn rfc3339(s: &str) -> bool {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>, lo: u32, hi: u32| -> Option<u32> {
+        let d = b.get(r)?;
+        if !d.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let v = d.iter().fold(0u32, |a, c| a * 10 + u32::from(c - b'0'));
+        (lo..=hi).contains(&v).then_some(v)
+    };
+    let (Some(year), Some(month)) = (num(0..4, 0, 9999), num(5..7, 1, 12)) else { return false };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    let fields = [num(8..10, 1, days), num(11..13, 0, 23), num(14..16, 0, 59), num(17..19, 0, 59)];
+    if fields.iter().any(Option::is_none) || b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        return false;
+    }
+    let mut rest = &b[19..];
+    if rest.len() >= 2 && rest[0] == b'.' && rest[1].is_ascii_digit() {
+        let n = rest[1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        rest = &rest[1 + n..];
+    }
+    match rest {
+        b"Z" => true,
+        [sign, h1, h2, b':', m1, m2] if (*sign == b'+' || *sign == b'-') => {
+            let two = |a: u8, c: u8| (a.is_ascii_digit() && c.is_ascii_digit()).then(|| u32::from(a - b'0') * 10 + u32::from(c - b'0'));
+            matches!((two(*h1, *h2), two(*m1, *m2)), (Some(h), Some(m)) if h <= 23 && m <= 59)
+        }
+        _ => false,
+    }
 }
 
 /// The annotation key family of a checkpoint image (CRIU's `org.criu.checkpoint.*`): containerd
@@ -416,11 +470,25 @@ pub fn is_checkpoint(bytes: &[u8], declared: &str) -> Result<bool> {
     Ok(node.has_key(&|k: &str| k.starts_with(CHECKPOINT_ANNOTATION)))
 }
 
+/// Go's `strings.ToLower` where it can make an ASCII letter: ASCII letters, and the only two
+/// other runes whose lower case is one (U+0130 `İ` is `i`, U+212A, the Kelvin sign, is `k`;
+/// checked against Go over every rune). Any other rune stays itself, and so never equals an
+/// ASCII name (containerd lowercases a platform's OS, architecture and variant so).
+fn go_lower(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\u{0130}' => 'i',
+            '\u{212A}' => 'k',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect()
+}
+
 /// containerd's platform normalisation of an architecture and variant (its `platforms`
 /// package): the aliases distributions use for the same machine.
 fn normalize_arch(arch: &str, variant: &str) -> (String, String) {
-    let arch = arch.to_ascii_lowercase();
-    let variant = variant.to_ascii_lowercase();
+    let arch = go_lower(arch);
+    let variant = go_lower(variant);
     match (arch.as_str(), variant.as_str()) {
         ("i386", _) => ("386".into(), String::new()),
         ("x86_64" | "x86-64" | "amd64", "v1") => ("amd64".into(), String::new()),
@@ -444,7 +512,7 @@ fn normalize_arch(arch: &str, variant: &str) -> (String, String) {
 pub fn platform_matches(p: &oci_spec::image::Platform, os: &str, arch: &str, variant: Option<&str>) -> bool {
     let want = normalize_arch(arch, variant.unwrap_or(""));
     let got = normalize_arch(&p.architecture().to_string(), p.variant().as_deref().unwrap_or(""));
-    p.os().to_string().eq_ignore_ascii_case(os) && got == want
+    go_lower(&p.os().to_string()) == go_lower(os) && got == want
 }
 
 /// Whether `p` is OS `os` and architecture `arch` as containerd normalises them, whatever its
@@ -453,7 +521,7 @@ pub fn platform_matches(p: &oci_spec::image::Platform, os: &str, arch: &str, var
 pub fn same_os_arch(p: &oci_spec::image::Platform, os: &str, arch: &str) -> bool {
     let want = normalize_arch(arch, "").0;
     let got = normalize_arch(&p.architecture().to_string(), p.variant().as_deref().unwrap_or("")).0;
-    p.os().to_string().eq_ignore_ascii_case(os) && got == want
+    go_lower(&p.os().to_string()) == go_lower(os) && got == want
 }
 
 /// The entry of `idx` for `platform` (`os/arch[/variant]`), matched as containerd matches
@@ -672,6 +740,29 @@ mod tests {
         // A size past a signed 64-bit number.
         let huge = manifest_with("").replace(r#""size":1}]"#, r#""size":18446744073709551615}]"#);
         assert!(matches!(manifest(huge.as_bytes(), OCI_MANIFEST), Err(DocumentError::Size { .. })), "{huge}");
+    }
+
+    #[test]
+    fn times_and_platform_names_as_go_reads_them() {
+        for ok in ["2026-12-04T15:04:05Z", "2024-02-29T00:00:00.123456789+02:00", "0001-01-01T00:00:00Z", "2026-12-04T23:59:59-23:59"] {
+            assert!(rfc3339(ok), "{ok}");
+        }
+        for bad in ["not a time", "2026-13-01T00:00:00Z", "2025-02-29T00:00:00Z", "2026-12-04 15:04:05Z", "2026-12-04T24:00:00Z", "2026-12-04T15:04:05", "2026-12-04T15:04:05+24:00", "2026-12-04T15:04:05.Z", "2026-12-04t15:04:05z", "2026-12-04T15:04:60Z"] {
+            assert!(!rfc3339(bad), "{bad}");
+        }
+        let cfg = |created: &str| format!(r#"{{"architecture":"amd64","os":"linux","created":{created},"rootfs":{{"type":"layers","diff_ids":[]}}}}"#);
+        assert!(config(cfg(r#""2026-12-04T15:04:05Z""#).as_bytes()).is_ok());
+        assert!(config(cfg("null").as_bytes()).is_ok());
+        assert!(config(cfg(r#""yesterday""#).as_bytes()).is_err());
+        assert!(config(cfg("5").as_bytes()).is_err());
+        let hist = r#"{"architecture":"amd64","os":"linux","history":[{"created":"soon"}],"rootfs":{"type":"layers","diff_ids":[]}}"#;
+        assert!(config(hist.as_bytes()).is_err());
+        // Go's strings.ToLower: U+0130 is i, the Kelvin sign is k.
+        assert_eq!(go_lower("L\u{0130}NUX"), "linux");
+        assert_eq!(go_lower("\u{212A}"), "k");
+        let entry = |d: &str, os: &str| format!(r#"{{"mediaType":"{OCI_MANIFEST}","digest":"{d}","size":1,"platform":{{"os":"{os}","architecture":"amd64"}}}}"#);
+        let idx = index(format!(r#"{{"schemaVersion":2,"manifests":[{},{}]}}"#, entry(OTHER, "l\u{0130}nux"), entry(LAYER, "linux")).as_bytes(), OCI_INDEX).unwrap();
+        assert!(matches!(select_platform(&idx, "linux", "amd64", None), Err(DocumentError::AmbiguousPlatform { .. })));
     }
 
     #[test]

@@ -1195,6 +1195,15 @@ impl Drop for UnshareOnDrop {
     }
 }
 
+/// The node's permits to decompress and hash layer bytes: all cores but one (at least one).
+fn hashing_permits() -> &'static tokio::sync::Semaphore {
+    static PERMITS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    PERMITS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        tokio::sync::Semaphore::new(cores.saturating_sub(1).max(1))
+    })
+}
+
 /// A [`diffid::Hasher`] fed from async code but run on the blocking pool: decompressing is CPU
 /// work (and a hostile layer may be a decompression bomb), which must not hold the runtime's
 /// workers that serve containerd's snapshot requests.
@@ -1207,8 +1216,13 @@ impl BackgroundHasher {
     fn new(blob: &str, budget: Arc<diffid::Budget>) -> BackgroundHasher {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(8);
         let mut h = diffid::Hasher::within(blob, budget);
+        let rt = tokio::runtime::Handle::current();
         let task = tokio::task::spawn_blocking(move || {
             while let Some(c) = rx.blocking_recv() {
+                // One chunk at a time under the node's hashing permits (a slow download holds
+                // none while it waits): however many pulls hash at once, decompressing takes
+                // at most all cores but one, and the runtime serving containerd keeps one.
+                let _permit = rt.block_on(hashing_permits().acquire());
                 h.update(&c)?;
             }
             h.finish()

@@ -182,6 +182,14 @@ def hand_written(cp):
     for v in ["v8.0", "v8", "8", "V8", "v9", None]:
         cp.add(f"arm64-{v}-first", index_doc([entry(m2, plat("arm64", variant=v)), entry(m1, plat("arm64"))]), OCI_INDEX, m1, c1, m2, c2)
     cp.add("arm-variants", index_doc([entry(m2, plat("arm", variant="v6")), entry(m1, plat("arm", variant="v7"))]), OCI_INDEX, m1, c1, m2, c2)
+    # Go lowercases U+0130 to i and the Kelvin sign to k; created must be an RFC 3339 time.
+    cp.add("os-dotted-I-first", index_doc([entry(m2, plat("amd64", "l\u0130nux")), entry(m1, plat("amd64"))]), OCI_INDEX, m1, c1, m2, c2)
+    cp.add("arch-dotted-I-first", index_doc([entry(m2, plat("r\u0130scv64")), entry(m1, plat("riscv64")), entry(m1, plat("amd64"))]), OCI_INDEX, m1, c1, m2, c2)
+    for created in ['"not a time"', '"2026-12-04T15:04:05Z"', '"2026-02-30T00:00:00Z"', '"2026-12-04T15:04:05+02:00"', "null", "5"]:
+        cc = config_doc([fake(1)], extra=f',"created":{created}')
+        cp.add(f"config-created-{created}", manifest_doc(cc, [fake(11)]), OCI_MANIFEST, cc)
+        ch = config_doc([fake(1)], extra=f',"history":[{{"created":{created}}}]')
+        cp.add(f"history-created-{created}", manifest_doc(ch, [fake(11)]), OCI_MANIFEST, ch)
     cp.add("fslayers-empty", manifest_doc(c1, [fake(11)], extra=',"fsLayers":[]'), OCI_MANIFEST, c1)
     cp.add("fslayers-null", manifest_doc(c1, [fake(11)], extra=',"fsLayers":null'), OCI_MANIFEST, c1)
     for size in ["9223372036854775807", "9223372036854775808", "18446744073709551615"]:

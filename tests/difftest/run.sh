@@ -24,7 +24,7 @@ for d in "$DEPS"/docread-v*/docread; do [ -x "$d" ] && readers+=("$d"); done
 [ ${#readers[@]} -ge 3 ] || { echo "difftest: expected containerd's docread for 1.7, 2.1 and 2.4 under $DEPS (scripts/setup.sh builds them), found ${#readers[@]}"; exit 1; }
 # Each corpus read for the platforms nodes run (an index's entries are chosen per platform).
 for c in fixed drawn; do
-  for platform in linux/amd64 linux/arm64 linux/arm/v7; do
+  for platform in linux/amd64 linux/arm64 linux/arm/v7 linux/riscv64; do
     out=$work/$c.${platform//\//_}
     "$here/target/release/examples/docread" --platform "$platform" "$work/$c" > "$out.pullgate" || { echo "difftest: pullgate's docread failed on $c"; fail=1; continue; }
     for r in "${readers[@]}"; do
