@@ -24,7 +24,7 @@ fn case(dir: &Path, platform: (&str, &str, Option<&str>)) -> Result<pullgate::do
     if root["size"].as_u64() != Some(bytes.len() as u64) {
         return Err(format!("root {digest}: size {} is not the descriptor's", bytes.len()));
     }
-    let actual = format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)));
+    let actual = pullgate::reference::sha256_digest(&bytes);
     if actual != digest {
         return Err(format!("root {digest} hashes to {actual}"));
     }

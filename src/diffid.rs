@@ -31,15 +31,10 @@ pub struct Budget {
     written: AtomicU64,
 }
 
-/// How far a layer (or a pull's layers together) may have expanded once `received` compressed
-/// bytes arrived.
-fn expansion_limit(received: u64) -> u64 {
-    received.saturating_mul(MAX_EXPANSION_RATIO).clamp(MIN_EXPANSION_LIMIT, MAX_LAYER_SIZE)
-}
-
-/// [`expansion_limit`] for a pull's layers together.
-fn image_expansion_limit(received: u64) -> u64 {
-    received.saturating_mul(MAX_EXPANSION_RATIO).clamp(MIN_EXPANSION_LIMIT, MAX_IMAGE_SIZE)
+/// How far a layer (`cap` [`MAX_LAYER_SIZE`]) or a pull's layers together (`cap`
+/// [`MAX_IMAGE_SIZE`]) may have expanded once `received` compressed bytes arrived.
+fn expansion_limit(received: u64, cap: u64) -> u64 {
+    received.saturating_mul(MAX_EXPANSION_RATIO).clamp(MIN_EXPANSION_LIMIT, cap)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,11 +83,11 @@ struct HashWriter {
 impl Write for HashWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.written += buf.len() as u64;
-        if self.written > expansion_limit(self.received.load(Ordering::Relaxed)) {
+        if self.written > expansion_limit(self.received.load(Ordering::Relaxed), MAX_LAYER_SIZE) {
             return Err(std::io::Error::new(std::io::ErrorKind::FileTooLarge, "layer expands past its limit"));
         }
         let together = self.budget.written.fetch_add(buf.len() as u64, Ordering::Relaxed) + buf.len() as u64;
-        if together > image_expansion_limit(self.budget.received.load(Ordering::Relaxed)) {
+        if together > expansion_limit(self.budget.received.load(Ordering::Relaxed), MAX_IMAGE_SIZE) {
             return Err(std::io::Error::new(std::io::ErrorKind::QuotaExceeded, "the image's layers expand past their limit"));
         }
         self.sha.update(buf);
@@ -139,11 +134,11 @@ impl Hasher {
     fn corrupt(&self, e: std::io::Error) -> DiffIdError {
         if e.kind() == std::io::ErrorKind::FileTooLarge {
             let received = self.received.load(Ordering::Relaxed);
-            return DiffIdError::TooLarge { blob: self.blob.clone(), limit: expansion_limit(received), received };
+            return DiffIdError::TooLarge { blob: self.blob.clone(), limit: expansion_limit(received, MAX_LAYER_SIZE), received };
         }
         if e.kind() == std::io::ErrorKind::QuotaExceeded {
             let received = self.budget.received.load(Ordering::Relaxed);
-            return DiffIdError::ImageTooLarge { blob: self.blob.clone(), limit: image_expansion_limit(received), received };
+            return DiffIdError::ImageTooLarge { blob: self.blob.clone(), limit: expansion_limit(received, MAX_IMAGE_SIZE), received };
         }
         DiffIdError::Corrupt { blob: self.blob.clone(), reason: e.to_string() }
     }
@@ -321,9 +316,9 @@ mod tests {
     /// manifest said its layer is.
     #[test]
     fn the_expansion_limit_follows_the_bytes_received() {
-        assert_eq!(expansion_limit(0), MIN_EXPANSION_LIMIT);
-        assert_eq!(expansion_limit(10 << 20), (10 << 20) * MAX_EXPANSION_RATIO);
-        assert_eq!(expansion_limit(u64::MAX), MAX_LAYER_SIZE);
+        assert_eq!(expansion_limit(0, MAX_LAYER_SIZE), MIN_EXPANSION_LIMIT);
+        assert_eq!(expansion_limit(10 << 20, MAX_LAYER_SIZE), (10 << 20) * MAX_EXPANSION_RATIO);
+        assert_eq!(expansion_limit(u64::MAX, MAX_LAYER_SIZE), MAX_LAYER_SIZE);
         // Zeros by the GiB in zstd (32768:1): refused soon after 1 GiB of output, long before
         // the stream's end, with how much had arrived.
         let mut z = zstd::stream::write::Encoder::new(Vec::new(), 19).unwrap();

@@ -467,7 +467,12 @@ pub const CHECKPOINT_ANNOTATION: &str = "org.criu.checkpoint";
 /// error, never "not a checkpoint".
 pub fn is_checkpoint(bytes: &[u8], declared: &str) -> Result<bool> {
     let (_, node) = top(bytes, declared)?;
-    Ok(node.has_key(&|k: &str| k.starts_with(CHECKPOINT_ANNOTATION)))
+    Ok(checkpoint_keys(&node))
+}
+
+/// Whether a document, as read, has a key of the checkpoint family anywhere.
+fn checkpoint_keys(node: &Node) -> bool {
+    node.has_key(&|k: &str| k.starts_with(CHECKPOINT_ANNOTATION))
 }
 
 /// Go's `strings.ToLower` where it can make an ASCII letter: ASCII letters, and the only two
@@ -574,20 +579,20 @@ pub fn read_image(root: &[u8], declared: &str, platform: (&str, &str, Option<&st
     let (os, arch, variant) = platform;
     let mut fetch = |digest: &str| -> std::result::Result<Vec<u8>, String> {
         let bytes = blob(digest).ok_or_else(|| format!("blob {digest} not found"))?;
-        match format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))) {
+        match crate::reference::sha256_digest(&bytes) {
             d if d == digest => Ok(bytes),
             d => Err(format!("blob {digest} hashes to {d}")),
         }
     };
-    let kind = media_type_of(root, declared).map_err(|e| e.to_string())?;
-    let mut checkpoint = is_checkpoint(root, declared).map_err(|e| e.to_string())?;
+    let (kind, node) = top(root, declared).map_err(|e| e.to_string())?;
+    let mut checkpoint = checkpoint_keys(&node);
     let (bytes, media_type, digest) = if is_index(&kind) {
         let idx = index(root, declared).map_err(|e| e.to_string())?;
         let entry = select_platform(&idx, os, arch, variant).map_err(|e| e.to_string())?.ok_or_else(|| format!("no manifest for platform {os}/{arch} in the index"))?;
         let digest = entry.digest().to_string();
         (fetch(&digest)?, entry.media_type().to_string(), digest)
     } else {
-        (root.to_vec(), declared.to_string(), format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(root))))
+        (root.to_vec(), declared.to_string(), crate::reference::sha256_digest(root))
     };
     checkpoint |= is_checkpoint(&bytes, &media_type).map_err(|e| e.to_string())?;
     let m = manifest(&bytes, &media_type).map_err(|e| e.to_string())?;

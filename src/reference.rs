@@ -3,6 +3,11 @@
 //! gate's origins are made of, so it must be explicit. Also the allowlist patterns of KEP-2535.
 use std::fmt;
 
+/// The `sha256:<hex>` digest of `b`.
+pub fn sha256_digest(b: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b)))
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid image reference {input:?}: {reason}")]
 pub struct ReferenceError {

@@ -413,12 +413,10 @@ impl Front {
         // as a service; pullgate's own too, to be sure), whatever image the name also is.
         let named = std::path::Path::new(&spec.image);
         if !spec.image.is_empty() && (named.exists() || std::path::Path::new("/").join(named).exists()) {
-            return Err(Status::failed_precondition(format!(
-                "pullgate cannot decide a container of image {shown}: it names a file on the node, which containerd restores from as a checkpoint archive; not supported through pullgate"
-            )));
+            return Err(undecidable(shown, "it names a file on the node, which containerd restores from as a checkpoint archive; not supported through pullgate"));
         }
         let st: cri::ImageStatusResponse = self.call("/runtime.v1.ImageService/ImageStatus", cri::ImageStatusRequest { image: Some(spec), verbose: false }).await?;
-        let undecidable = |why: &str| Status::failed_precondition(format!("pullgate cannot decide a container of image {shown}: {why}"));
+        let undecidable = |why: &str| undecidable(shown, why);
         let Some(image) = st.image.filter(|i| crate::reference::is_digest(&i.id)) else {
             return Err(undecidable("it is not an image on the node (pull it first; restoring from a checkpoint archive is not supported through pullgate)"));
         };
@@ -486,11 +484,10 @@ impl Front {
     /// pulls and names itself: pullgate could not decide what the container would run), read
     /// from the decoded document as containerd reads it.
     fn refuse_checkpoint(bytes: &[u8], media_type: &str, shown: &str) -> Result<(), Status> {
-        let undecidable = |why: String| Status::failed_precondition(format!("pullgate cannot decide a container of image {shown}: {why}"));
         match crate::document::is_checkpoint(bytes, media_type) {
             Ok(false) => Ok(()),
-            Ok(true) => Err(undecidable("it is a checkpoint image, which containerd restores onto another image; not supported through pullgate".into())),
-            Err(e) => Err(undecidable(format!("an image record's target is unreadable: {e}"))),
+            Ok(true) => Err(undecidable(shown, "it is a checkpoint image, which containerd restores onto another image; not supported through pullgate")),
+            Err(e) => Err(undecidable(shown, format!("an image record's target is unreadable: {e}"))),
         }
     }
 
@@ -498,6 +495,11 @@ impl Front {
         let stripped = strip(&body, &[&[1, 7]])?;
         self.forward_unary(RUN_POD_SANDBOX, meta, stripped).await
     }
+}
+
+/// A container the front cannot decide (of image `shown`), and why: refused.
+fn undecidable(shown: &str, why: impl std::fmt::Display) -> Status {
+    Status::failed_precondition(format!("pullgate cannot decide a container of image {shown}: {why}"))
 }
 
 /// The instant the client's `grpc-timeout` (gRPC's "<digits><H|M|S|m|u|n>") gives the call.

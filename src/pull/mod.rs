@@ -1126,19 +1126,17 @@ impl Puller {
         let mut hasher = hash.then(|| BackgroundHasher::new(&b.digest, budget.clone()));
         let mut w = keep.then(|| cd.writer(&b.digest, b.size));
         while let Some(chunk) = reader.next_chunk().await? {
-            let stopped = match &mut hasher {
-                Some(h) => !h.update(chunk.clone()).await,
-                None => false,
-            };
-            if stopped {
-                // Hashing failed (a decompression bomb, a corrupt stream): nothing more is
-                // downloaded, nothing committed.
-                let stopped_early = || PullError::BadImage { image: String::new(), reason: format!("layer {}: hashing stopped early", b.digest) };
-                let failed = match hasher.take() {
-                    Some(h) => h.finish().await.err(),
-                    None => None,
-                };
-                return Err(failed.unwrap_or_else(stopped_early));
+            if let Some(h) = &mut hasher {
+                if !h.update(chunk.clone()).await {
+                    // Hashing failed (a decompression bomb, a corrupt stream): nothing more is
+                    // downloaded, nothing committed; `finish` says why.
+                    let stopped_early = || PullError::BadImage { image: String::new(), reason: format!("layer {}: hashing stopped early", b.digest) };
+                    let failed = match hasher.take() {
+                        Some(h) => h.finish().await.err(),
+                        None => None,
+                    };
+                    return Err(failed.unwrap_or_else(stopped_early));
+                }
             }
             if let Some(w) = &mut w {
                 w.write(&chunk).await?;

@@ -189,9 +189,7 @@ pub fn origin_endpoint(origin: &str) -> std::borrow::Cow<'_, str> {
     if o.query.is_empty() { host.into() } else { format!("{host}{}", o.query).into() }
 }
 
-pub fn sha256_digest(b: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(b)))
-}
+pub use crate::reference::sha256_digest;
 
 /// The HTTP client for one registry endpoint: its TLS settings, no redirects followed
 /// (`Session` follows them itself), `timeout` for a connection (at most 5 s) and for the next
