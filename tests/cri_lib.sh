@@ -14,11 +14,16 @@
 # --pod builds one); the cri client talks to containerd's own socket ($CTRD_SOCK).
 
 # write_hosts_toml HOSTS_DIR HOST:PORT [NAME]: HOSTS_DIR/NAME/hosts.toml (NAME: HOST:PORT by
-# default) sending the registry NAME to the plain-http registry at HOST:PORT.
+# default) sending the registry NAME to the plain-http registry at HOST:PORT (to its https
+# server with this run's CA, when HOST:PORT is a TLS registry: use_tls_registries).
 # The [host] table is needed: containerd 1.6 rejects a hosts.toml without one ("failed to decode
 # hosts.toml: invalid `host` tree") and silently falls back to its default hosts.
 write_hosts_toml() {
   local name=${3:-$2}
+  if [ "$name" = "$2" ] && [ -f "$REG_HOSTS/$2/hosts.toml" ]; then
+    tls_hosts_toml "$1" "$2"   # a TLS registry of this run (use_tls_registries)
+    return
+  fi
   mkdir -p "$1/$name"
   cat > "$1/$name/hosts.toml" <<TOML
 server = "http://$2"
@@ -116,11 +121,8 @@ start_containerd_cri() {
 # pullgate_cri_config DIR HOSTS_DIR: pullgate's config (lib.sh's pullgate_config) with the CRI
 # front on at DIR/cri.sock and the registries as HOSTS_DIR says; append more tables after it.
 pullgate_cri_config() {
-  pullgate_config "$1"
+  pullgate_config "$1" "$2"
   cat >> "$1/config.toml" <<TOML
-
-[registry]
-hosts_dir = "$2"
 
 [cri]
 enable = true

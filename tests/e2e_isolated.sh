@@ -56,6 +56,7 @@ cat > "$WORK/acl.json" <<JSON
 {"users": {"alice": "$PW_ALICE", "bob": "$PW_BOB", "carol": "$PW_CAROL"},
  "access": {"alice": ["private/*"], "bob": ["private/*"], "carol": ["private/*"]}, "anonymous": ["public/*"], "push": ["alice"]}
 JSON
+use_tls_registries || exit 1
 start_token_registry t "$WORK/acl.json" || exit 1
 IMG=$REG_t/private/app:v1
 push_image "$WORK/priv" v1 "$IMG" "alice:$PW_ALICE" || fail "push the private image"
@@ -90,10 +91,10 @@ mark() { wc -l < "$WORK/registry-t/log"; }
 holds_of() { ctr_ -n "$1" leases ls 2>/dev/null | grep 'pullgate.io/verified='; }
 hold_expires() { holds_of "$1" | grep 'containerd.io/gc.expire=' >/dev/null; }
 # verify_mentions NS WORD CRED: pullgate verify in NS with CRED prints WORD somewhere.
-verify_mentions() { pg verify -n "$1" --plain-http --user "$3" "$IMG" 2>&1 | grep "$2" >/dev/null; }
+verify_mentions() { pg verify -n "$1" "${REGF[@]}" --user "$3" "$IMG" 2>&1 | grep "$2" >/dev/null; }
 
 log "1. A pulls the private image with pullgate and runs it"
-check_out "A's pullgate pull" "$MD" pg pull -n A --plain-http --user "alice:$PW_ALICE" "$IMG"
+check_out "A's pullgate pull" "$MD" pg pull -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$IMG"
 check "A's namespace holds all $NBLOBS blobs" test "$(holds A)" = "$NBLOBS"
 check_out "A runs it" "$PRIVMSG" run_img A a1 "$IMG"
 
@@ -126,8 +127,8 @@ check_refused "containerd's isolated store: B's plain ctr pull of the attacker's
   "not found" "$PRIVMSG" ctr_ -n B images pull --plain-http --snapshotter pullgate "$EVIL"
 check_err "B's pullgate pull of the attacker's manifest fails (its registry never served the bytes)" "not found" \
   pg pull -n B --plain-http "$EVIL"
-check_err "B's pullgate verify without credentials fails as the registry says" "credentials" pg verify -n B --plain-http "$IMG"
-check_err "B's pullgate verify with a wrong password fails" "rejected" pg verify -n B --plain-http --user "bob:wrong-Pw-1" "$IMG"
+check_err "B's pullgate verify without credentials fails as the registry says" "credentials" pg verify -n B "${REGF[@]}" "$IMG"
+check_err "B's pullgate verify with a wrong password fails" "rejected" pg verify -n B "${REGF[@]}" --user "bob:wrong-Pw-1" "$IMG"
 check "after all of it, B's content store still lists none of A's blobs" test "$(holds B)" = 0
 check_no_grants "and B holds no grant" B
 check_refused "(precondition for section 3) B has no image of that name: containerd's not found" "not found" "$PRIVMSG" run_img B b0 "$IMG"
@@ -141,14 +142,14 @@ LMD=$(layout_manifest "$WORK/lying")
 LAYERS=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1]+"/blobs/sha256/"+sys.argv[2].split(":")[1])); print(" ".join(l["digest"] for l in m["layers"]))' "$WORK/lying" "$LMD")
 check "its layers are A's image's layers" test "$LAYERS" = "$(cut -d' ' -f2- <<<"$BLOBS")"
 check_refused "F's pullgate verify (bob's password) is refused: the config lies" "lies about its layers" "" \
-  pg verify -n F --plain-http --user "bob:$PW_BOB" "$REG_t/private/lying:v1"
+  pg verify -n F "${REGF[@]}" --user "bob:$PW_BOB" "$REG_t/private/lying:v1"
 check "F's content store lists none of A's blobs afterwards" test "$(holds F)" = 0
 check_refused "containerd's isolated store: F's content get of A's top layer: not found" "not found" "" ctr_ -n F content get "$TOP"
 check_no_grants "and F holds no grant" F
 
 log "3. B verifies with its own credential: no download"
 m=$(mark)
-out=$(pg verify -n B --plain-http --user "bob:$PW_BOB" -o json "$IMG" 2>&1); rc=$?
+out=$(pg verify -n B "${REGF[@]}" --user "bob:$PW_BOB" -o json "$IMG" 2>&1); rc=$?
 check "B's pullgate verify succeeds (rc=$rc)" test $rc -eq 0
 ncopied=$(python3 -c 'import json,sys; print(len(json.loads(sys.argv[1])["copied"]))' "$out" 2>/dev/null || echo "unparsed: $out")
 check "it copied all $NBLOBS blobs from the node (JSON copied: $ncopied)" test "$ncopied" = "$NBLOBS"
@@ -174,13 +175,13 @@ check "and renews it: another lease ($(awk '{print $1}' <<<"$h1") -> $(awk '{pri
 settle_gc B
 check "after containerd's GC, B still holds the blobs (the hold keeps them)" test "$(holds B)" = "$NBLOBS"
 m=$(mark)
-check "B's plain ctr images pull" ctr_ -n B images pull --plain-http --user "bob:$PW_BOB" --snapshotter pullgate "$IMG"
+check "B's plain ctr images pull" ctr_ -n B images pull "${CTRF[@]}" --user "bob:$PW_BOB" --snapshotter pullgate "$IMG"
 check "downloads no blob ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
 check_out "B runs the image" "$PRIVMSG" run_img B b1 "$IMG"
 
 log "4. C pulls with pullgate and its own credential: no download"
 m=$(mark)
-out=$(pg pull -n C --plain-http --user "carol:$PW_CAROL" "$IMG" 2>&1); rc=$?
+out=$(pg pull -n C "${REGF[@]}" --user "carol:$PW_CAROL" "$IMG" 2>&1); rc=$?
 check "C's pullgate pull succeeds (rc=$rc)" test $rc -eq 0
 check "it says all $NBLOBS blobs were copied from the node and none downloaded" grep -qF "0 blob(s) downloaded, $NBLOBS copied from the node" <<<"$out"
 check "no blob GET at the registry ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
@@ -214,10 +215,10 @@ MD2=$(variant 2)
 check "private/app2:v1 pushed ($MD2)" is_digest "$MD2"
 check "its manifest digest differs from the image's" test "$MD2" != "$MD"
 m=$(mark)
-out=$(pg verify -n H --plain-http --user "carol:$PW_CAROL" "$REG_t/private/app2:v1" 2>&1); rc=$?
+out=$(pg verify -n H "${REGF[@]}" --user "carol:$PW_CAROL" "$REG_t/private/app2:v1" 2>&1); rc=$?
 check "H's pullgate verify of it succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
 check "it copied all $NBLOBS blobs from the node" grep -qF "0 blob(s) downloaded, $NBLOBS copied from the node" <<<"$out"
-out=$(pg pull -n I --plain-http --user "carol:$PW_CAROL" "$REG_t/private/app2:v1" 2>&1); rc=$?
+out=$(pg pull -n I "${REGF[@]}" --user "carol:$PW_CAROL" "$REG_t/private/app2:v1" 2>&1); rc=$?
 check "I's pullgate pull of it succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
 check "it copied all $NBLOBS blobs from the node" grep -qF "0 blob(s) downloaded, $NBLOBS copied from the node" <<<"$out"
 check "no blob GET at the registry for either ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
@@ -238,8 +239,8 @@ log "6. namespaces labelled shareable are reported"
 ctr_ namespaces create E >/dev/null 2>&1
 ctr_ namespaces label E containerd.io/namespace.shareable=true >/dev/null
 check_out "pullgate verify in E warns that E shares its blobs" "namespace E is labelled containerd.io/namespace.shareable=true" \
-  pg verify -n E --plain-http --user "alice:$PW_ALICE" "$IMG"
-out=$(pg verify -n E --plain-http --user "alice:$PW_ALICE" -o json "$IMG" 2>/dev/null)
+  pg verify -n E "${REGF[@]}" --user "alice:$PW_ALICE" "$IMG"
+out=$(pg verify -n E "${REGF[@]}" --user "alice:$PW_ALICE" -o json "$IMG" 2>/dev/null)
 check "and says so in its JSON output" python3 -c 'import json,sys; w=json.loads(sys.argv[1])["warnings"]; assert any("shareable" in x for x in w), w' "$out"
 check "a verify in B succeeds and gives no such warning" verify_mentions B "0 blob(s) downloaded" "bob:$PW_BOB"
 check "(no warning)" not verify_mentions B shareable "bob:$PW_BOB"
@@ -264,7 +265,7 @@ wait_backend
 check "containerd's blob files exist outside pullgate's mount namespace" test -s "$croot/blobs/sha256/${TOP#sha256:}"
 check "and pullgate cannot see them" not nsenter -t "$PG_PID" -m test -e "$croot/blobs/sha256/${TOP#sha256:}"
 m=$(mark)
-out=$(pg pull -n G --plain-http --user "carol:$PW_CAROL" "$IMG" 2>&1); rc=$?
+out=$(pg pull -n G "${REGF[@]}" --user "carol:$PW_CAROL" "$IMG" 2>&1); rc=$?
 check "G's pullgate pull succeeds (rc=$rc)" test $rc -eq 0
 check "it copied all $NBLOBS blobs from the node and downloaded none ($(grep -o "[0-9]* blob(s) downloaded.*" <<<"$out"))" grep -qF "0 blob(s) downloaded, $NBLOBS copied from the node" <<<"$out"
 check "no blob GET at the registry ($(blob_gets "$m"))" test "$(blob_gets "$m")" = 0
@@ -283,7 +284,7 @@ rm -f "$croot/blobs/sha256/${CFG#sha256:}"
 check "A still lists the config" bash -c "$(printf '%q ' "${CTR[@]}") -n A content ls -q | grep -qxF '$CFG'"
 check "and cannot read it" not ctr_ -n A content get "$CFG"
 m=$(mark)
-out=$(pg pull -n J --plain-http --user "carol:$PW_CAROL" "$REG_t/private/app3:v1" 2>&1); rc=$?
+out=$(pg pull -n J "${REGF[@]}" --user "carol:$PW_CAROL" "$REG_t/private/app3:v1" 2>&1); rc=$?
 check "J's pullgate pull of a manifest pullgate never saw succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
 check "it downloaded the config and copied the $((NBLOBS - 1)) layers" grep -qF "1 blob(s) downloaded, $((NBLOBS - 1)) copied from the node" <<<"$out"
 cfg_gets=$(tail -n +"$((m + 1))" "$WORK/registry-t/log" | grep -c "\"GET /v2/private/app3/blobs/$CFG ")
@@ -305,10 +306,10 @@ NPUB=$(wc -w <<<"$PUBLIC"); NPRIV=$(wc -w <<<"$PRIVATE")
 check "the application shares $NPUB blobs with the base and has $NPRIV of its own" test "$NPUB" = 5 -a "$NPRIV" = 3
 PUBNS=pullgate-public
 in_pubns() { ctr_ -n "$PUBNS" content ls -q 2>/dev/null | sort | paste -sd' '; }
-check_out "K pulls the public base without credentials" "sha256:" pg pull -n K --plain-http "$REG_t/public/base:v1"
-check_out "K pulls the application with alice's credential" "sha256:" pg pull -n K --plain-http --user "alice:$PW_ALICE" "$REG_t/private/onbase:v1"
+check_out "K pulls the public base without credentials" "sha256:" pg pull -n K "${REGF[@]}" "$REG_t/public/base:v1"
+check_out "K pulls the application with alice's credential" "sha256:" pg pull -n K "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_t/private/onbase:v1"
 m=$(mark)
-out=$(pg pull -n L --plain-http --user "bob:$PW_BOB" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+out=$(pg pull -n L "${REGF[@]}" --user "bob:$PW_BOB" "$REG_t/private/onbase:v1" 2>&1); rc=$?
 check "L's pullgate pull of the application succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
 if [ "$V" = 1.6 ]; then
   # containerd 1.6 ignores the shareable label: public blobs are copied like private ones and
@@ -321,11 +322,11 @@ else
   pub_now=$(in_pubns)
   check "pullgate's public namespace holds exactly the $NPUB public blobs ($(wc -w <<<"$pub_now") blob(s))" test "$pub_now" = "$(tr ' ' '\n' <<<"$PUBLIC" | sort | paste -sd' ')"
   check "it is labelled shareable" bash -c "$(printf '%q ' "${CTR[@]}") namespaces ls | grep -E '^$PUBNS ' | grep -q 'containerd.io/namespace.shareable=true'"
-  out=$(pg pull -n M --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+  out=$(pg pull -n M "${REGF[@]}" --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
   check "M's pullgate pull succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
   check "M copied only the $NPRIV private blobs and took the $NPUB public ones from the public namespace" \
     grep -qF "0 blob(s) downloaded, $NPRIV copied from the node, $NPUB taken from pullgate's public namespace" <<<"$out"
-  out=$(pg verify -n P --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+  out=$(pg verify -n P "${REGF[@]}" --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
   check "a verify in P places the same way (rc=$rc: $(tail -n 1 <<<"$out"))" grep -qF "0 blob(s) downloaded, $NPRIV copied from the node, $NPUB taken from pullgate's public namespace" <<<"$out"
   check_out "M runs the application" "private app on a public base" run_img M m1 "$REG_t/private/onbase:v1"
 fi
@@ -334,9 +335,9 @@ check "no blob GET at the registry for L, M and P ($(blob_gets "$m"))" test "$(b
 # ones), other blobs, which no origin serves without credentials.
 RECOMP=$(python3 "$REPO/tests/recompress.py" "$WORK/pubbase" "$WORK/recomp" "SECRET-in-the-gzip-header")
 push_image "$WORK/recomp" v1 "$REG_t/private/recomp:v1" "alice:$PW_ALICE" || fail "push the recompressed image"
-check "no origin serves the recompressed image without credentials" not pg verify -n R0 --plain-http "$REG_t/private/recomp:v1"
-check_out "K pulls the recompressed image with alice's credential" "sha256:" pg pull -n K --plain-http --user "alice:$PW_ALICE" "$REG_t/private/recomp:v1"
-out=$(pg pull -n R1 --plain-http --user "bob:$PW_BOB" "$REG_t/private/recomp:v1" 2>&1); rc=$?
+check "no origin serves the recompressed image without credentials" not pg verify -n R0 "${REGF[@]}" "$REG_t/private/recomp:v1"
+check_out "K pulls the recompressed image with alice's credential" "sha256:" pg pull -n K "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_t/private/recomp:v1"
+out=$(pg pull -n R1 "${REGF[@]}" --user "bob:$PW_BOB" "$REG_t/private/recomp:v1" 2>&1); rc=$?
 check "R1's pull of it succeeds and takes nothing from the public namespace (rc=$rc: $(tail -n 1 <<<"$out"))" bash -c '[ $1 -eq 0 ] && ! grep -q "taken from pullgate" <<<"$2"' _ "$rc" "$out"
 listed=$(ctr_ -n "$PUBNS" content ls -q 2>&1); rc=$?
 leaked=""
@@ -362,11 +363,11 @@ top=$(awk '{print $NF}' <<<"$APP_BLOBS")
 steal Q "$top" "$WORK/q-top"; rc=$?
 check "Q, which proved nothing, is refused the application's own top layer (rc=$rc) and got none of its bytes ($(wc -c <"$WORK/q-top"))" test $rc -ne 0 -a ! -s "$WORK/q-top"
 before=$(in_pubns)
-out=$(pg pull -n "$PUBNS" --plain-http --user "alice:$PW_ALICE" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+out=$(pg pull -n "$PUBNS" "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_t/private/onbase:v1" 2>&1); rc=$?
 check "a pull into pullgate's public namespace is refused (rc=$rc)" test $rc -ne 0
 check "and says why" grep -q "is pullgate's public namespace" <<<"$out"
 check "the public namespace is unchanged" test "$(in_pubns)" = "$before"
-out=$(pg verify -n "$PUBNS" --plain-http --user "alice:$PW_ALICE" "$IMG" 2>&1); rc=$?
+out=$(pg verify -n "$PUBNS" "${REGF[@]}" --user "alice:$PW_ALICE" "$IMG" 2>&1); rc=$?
 check "so is a verify there (rc=$rc)" test $rc -ne 0 -a "$(in_pubns)" = "$before"
 if [ "$V" != 1.6 ]; then
   log "10. pullgate's public namespace: labelled only while all it holds is public, checked at each pull"
@@ -381,7 +382,7 @@ if [ "$V" != 1.6 ]; then
   PULLGATE_STALL_AT=public.labelled:30 start_pullgate "$PG" && wait_backend || fail "10: pullgate restarts with a stall point"
   stalls() { grep -c "stall point reached" "$PG/log"; }
   before=$(stalls)
-  timeout 60 "$PG_BIN" pull --address "$PG/api.sock" -n S0 --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" >/dev/null 2>&1 & client=$!
+  timeout 60 "$PG_BIN" pull --address "$PG/api.sock" -n S0 "${REGF[@]}" --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" >/dev/null 2>&1 & client=$!
   wait_for 30 bash -c "[ \$(grep -c 'stall point reached' '$PG/log') -gt $before ]" || fail "10: the pull reaches the stall point"
   check "10: the pull labelled the public namespace before it stalled" pub_labelled
   kill "$client"; wait "$client" 2>/dev/null
@@ -391,7 +392,7 @@ if [ "$V" != 1.6 ]; then
   start_pullgate "$PG" && wait_backend || fail "10: pullgate restarts without the stall point"
   labelled_logs() { grep -c "pullgate's public namespace labelled: everything it holds is public" "$PG/log"; }
   before=$(labelled_logs)
-  out=$(pg pull -n S1 --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+  out=$(pg pull -n S1 "${REGF[@]}" --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
   check "S1's pull succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
   check "S1 copied only the $NPRIV private blobs and took the $NPUB public ones from the public namespace" \
     grep -qF "0 blob(s) downloaded, $NPRIV copied from the node, $NPUB taken from pullgate's public namespace" <<<"$out"
@@ -405,7 +406,7 @@ if [ "$V" != 1.6 ]; then
   check "(the public namespace is labelled)" pub_labelled
   check "a client imports the private application into $PUBNS" ctr_ -n "$PUBNS" images import --no-unpack --index-name client/onbase:v1 "$WORK/onbase.tar"
   check "(its private top layer is there)" grep -qxF "$top" <<<"$(ctr_ -n "$PUBNS" content ls -q)"
-  out=$(pg pull -n S2 --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+  out=$(pg pull -n S2 "${REGF[@]}" --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
   check "S2's pull succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
   check "S2 copied all $((NPUB + NPRIV)) blobs and took none from the public namespace" \
     bash -c 'grep -qF "0 blob(s) downloaded, $1 copied from the node, 0 layer(s)" <<<"$2" && ! grep -q "taken from pullgate" <<<"$2"' _ "$((NPUB + NPRIV))" "$out"
@@ -419,7 +420,7 @@ if [ "$V" != 1.6 ]; then
   imported=$(ctr_ -n "$PUBNS" images ls -q)
   check "the client's images removed from $PUBNS ($(wc -w <<<"$imported"))" ctr_ -n "$PUBNS" images rm --sync $imported
   check "(its private blobs went with it)" not grep -qxF "$top" <<<"$(ctr_ -n "$PUBNS" content ls -q)"
-  out=$(pg pull -n S3 --plain-http --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
+  out=$(pg pull -n S3 "${REGF[@]}" --user "carol:$PW_CAROL" "$REG_t/private/onbase:v1" 2>&1); rc=$?
   check "S3 takes the $NPUB public blobs from the public namespace again (rc=$rc: $(tail -n 1 <<<"$out"))" \
     grep -qF "0 blob(s) downloaded, $NPRIV copied from the node, $NPUB taken from pullgate's public namespace" <<<"$out"
   check "and it is labelled shareable again" pub_labelled
@@ -435,7 +436,7 @@ KEPT=$REG_t/private/kept:v1
 push_image "$WORK/kept" v1 "$KEPT" "alice:$PW_ALICE" || fail "push the kept image"
 KMD=$(layout_manifest "$WORK/kept"); KBLOBS=$(layout_blobs "$WORK/kept")
 KLAYERS=$(( $(wc -w <<<"$KBLOBS") - 1 ))
-check_out "K1's pullgate pull" "$KMD" pg pull -n K1 --plain-http --user "alice:$PW_ALICE" "$KEPT"
+check_out "K1's pullgate pull" "$KMD" pg pull -n K1 "${REGF[@]}" --user "alice:$PW_ALICE" "$KEPT"
 for d in $KBLOBS; do check "K1 makes $d a GC root" ctr_ -n K1 content label "$d" containerd.io/gc.root=kept; done
 # (The config's reference to the top chain would keep the chains: it goes.)
 check "K1 takes the config's reference to its chain away" ctr_ -n K1 content label "${KBLOBS%% *}" containerd.io/gc.ref.snapshot.pullgate=
@@ -446,7 +447,7 @@ check "K1 has no snapshot left (rc=$rc: $(shown 200 "$snaps"))" test $rc -eq 0 -
 kept=$(holds K1 "$KBLOBS")
 check "K1 still holds all $((KLAYERS + 1)) blobs ($kept)" test "$kept" = $((KLAYERS + 1))
 from=$(mark)
-out=$(pg pull -n K2 --plain-http --user "bob:$PW_BOB" -o json "$KEPT" 2>"$WORK/k2.err"); rc=$?
+out=$(pg pull -n K2 "${REGF[@]}" --user "bob:$PW_BOB" -o json "$KEPT" 2>"$WORK/k2.err"); rc=$?
 check "K2's pull succeeds (rc=$rc: $(shown 300 "$(cat "$WORK/k2.err")"))" test $rc -eq 0
 # (Its first layers are those of every image mkimage.py makes, whose chains other namespaces
 # hold: adopted; on 1.7+ those of public/base come from pullgate's public namespace. Its 3

@@ -138,7 +138,57 @@ $3
 YML
 }
 
-# start_registry NAME [htpasswd USER PASS [USER PASS...]]: anonymous (or Basic-auth) registry.
+# Registries over TLS. pullgate believes what an endpoint served only when it checked the
+# endpoint's identity (https, its certificate verified): at a plain-http registry every pull and
+# verify downloads the blobs again. A test of what a verified registry spares (no second
+# download, copies between namespaces) calls use_tls_registries first: from then on
+# start_registry and start_token_registry serve https with a certificate for 127.0.0.1 from this
+# run's CA ($WORK/ca/ca.pem), and each writes REG_HOSTS/127.0.0.1:PORT/hosts.toml naming its
+# https server and the CA, which pullgate's daemon reads as its [registry] hosts_dir
+# (pullgate_config) and ctr as --hosts-dir. The flags that reach this run's registries
+# with pullgate's CLI (REGF) and ctr (CTRF): --plain-http; under use_tls_registries none for
+# pullgate (its daemon reads REG_HOSTS: a request brings no TLS trust of its own) and
+# --hosts-dir REG_HOSTS for ctr.
+REG_HOSTS=$WORK/registry-hosts
+REGISTRY_TLS=
+REGF=(--plain-http)
+CTRF=(--plain-http)
+use_tls_registries() {
+  local d=$WORK/ca
+  mkdir -p "$d" "$REG_HOSTS"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$d/ca.key" -out "$d/ca.pem" -days 2 -subj "/CN=pullgate-test-run-ca" >/dev/null 2>&1 \
+    && openssl req -newkey rsa:2048 -nodes -keyout "$d/server.key" -out "$d/server.csr" -subj "/CN=pullgate-test-registry" >/dev/null 2>&1 \
+    && openssl x509 -req -in "$d/server.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial -days 2 \
+      -extfile <(printf 'extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n') -out "$d/server.pem" >/dev/null 2>&1 \
+    || { echo "cannot make this run's CA and registry certificate (openssl)"; return 1; }
+  REGISTRY_TLS=1
+  REGF=()
+  CTRF=(--hosts-dir "$REG_HOSTS")
+}
+# registry_tls_yaml: the http.tls block of a registry's config under use_tls_registries (else
+# nothing).
+registry_tls_yaml() {
+  [ -n "$REGISTRY_TLS" ] || return 0
+  printf '  tls:\n    certificate: %s\n    key: %s\n' "$WORK/ca/server.pem" "$WORK/ca/server.key"
+}
+# registry_url HOST:PORT: the registry's base URL as this run serves it.
+registry_url() { if [ -f "$REG_HOSTS/$1/hosts.toml" ]; then echo "https://$1"; else echo "http://$1"; fi; }
+# reg_curl ARGS...: curl trusting this run's CA (for registry_url URLs).
+reg_curl() { if [ -n "$REGISTRY_TLS" ]; then curl --cacert "$WORK/ca/ca.pem" "$@"; else curl "$@"; fi; }
+# tls_hosts_toml DIR HOST:PORT: DIR/HOST:PORT/hosts.toml for a TLS registry of this run.
+tls_hosts_toml() {
+  mkdir -p "$1/$2"
+  cat > "$1/$2/hosts.toml" <<TOML
+server = "https://$2"
+
+[host."https://$2"]
+  capabilities = ["pull", "resolve", "push"]
+  ca = "$WORK/ca/ca.pem"
+TOML
+}
+
+# start_registry NAME [htpasswd USER PASS [USER PASS...]]: anonymous (or Basic-auth) registry
+# (over TLS under use_tls_registries).
 # Sets REG_<NAME>=127.0.0.1:PORT. A port taken between free_port and the bind is retried.
 start_registry() {
   local name=$1 mode=${2:-}
@@ -158,10 +208,19 @@ start_registry() {
   printf -v "REG_$name" '%s' "127.0.0.1:$PORT_1"
 }
 _launch_registry() {
-  registry_config "$_REG_DIR" "$PORT_1" "$_REG_AUTH"
+  registry_config "$_REG_DIR" "$PORT_1" "$(registry_tls_yaml)
+$_REG_AUTH"
   docker-registry serve "$_REG_DIR/config.yml" >>"$_REG_DIR/log" 2>&1 &
   PIDS+=($!); LAUNCHED+=($!)
-  wait_serving 20 curl -s -o /dev/null "http://127.0.0.1:$PORT_1/v2/"
+  _registry_served "127.0.0.1:$PORT_1"
+}
+# _registry_served HOST:PORT: waits until the registry answers (and, over TLS, writes its hosts.toml).
+_registry_served() {
+  if [ -n "$REGISTRY_TLS" ]; then
+    wait_serving 20 curl -s -o /dev/null --cacert "$WORK/ca/ca.pem" "https://$1/v2/" && tls_hosts_toml "$REG_HOSTS" "$1"
+  else
+    wait_serving 20 curl -s -o /dev/null "http://$1/v2/"
+  fi
 }
 
 # start_token_registry NAME ACL_JSON: a registry with token auth and its token server.
@@ -183,7 +242,8 @@ _launch_token_registry() {
   /usr/bin/python3 "$REPO/tests/tokenserver.py" --port "$tport" --key "$dir/key.pem" --cert "$dir/cert.pem" \
     --config "$dir/acl.json" --log "$dir/token.log" --tokens "$dir/tokens.log" >>"$dir/token.out" 2>&1 &
   PIDS+=($!); LAUNCHED+=($!)
-  registry_config "$dir" "$port" "auth:
+  registry_config "$dir" "$port" "$(registry_tls_yaml)
+auth:
   token:
     realm: http://127.0.0.1:$tport/token
     service: pullgate-test-registry
@@ -191,7 +251,7 @@ _launch_token_registry() {
     rootcertbundle: $dir/cert.pem"
   docker-registry serve "$dir/config.yml" >>"$dir/log" 2>&1 &
   PIDS+=($!); LAUNCHED+=($!)
-  wait_serving 20 bash -c "curl -s -o /dev/null http://127.0.0.1:$port/v2/ && curl -s -o /dev/null 'http://127.0.0.1:$tport/token?service=x'"
+  wait_serving 20 curl -s -o /dev/null "http://127.0.0.1:$tport/token?service=x" && _registry_served "127.0.0.1:$port"
 }
 
 # Tokens from token registry NAME's token server (tests/tokenserver.py), as a token login gets
@@ -250,7 +310,8 @@ containerd_bindir() {
   esac
 }
 
-# pullgate_config DIR: writes DIR/config.toml for a pullgate rooted in DIR.
+# pullgate_config DIR [HOSTS_DIR]: writes DIR/config.toml for a pullgate rooted in DIR, its
+# [registry] hosts_dir HOSTS_DIR (REG_HOSTS under use_tls_registries; else none).
 pullgate_config() {
   local d=$1; mkdir -p "$d"
   cat > "$d/config.toml" <<TOML
@@ -261,6 +322,10 @@ api_socket = "$d/api.sock"
 containerd_address = "$WORK/containerd/containerd.sock"
 log_level = "${PG_LOG_LEVEL:-debug}"
 TOML
+  local hosts=${2:-}
+  [ -z "$hosts" ] && [ -n "$REGISTRY_TLS" ] && hosts=$REG_HOSTS
+  [ -n "$hosts" ] && printf '\n[registry]\nhosts_dir = "%s"\n' "$hosts" >> "$d/config.toml"
+  return 0
 }
 
 # start_pullgate DIR: (re)starts pullgate serving from DIR; sets PG_PID.

@@ -385,7 +385,7 @@ impl Puller {
         }
         let identity = self.key.identity(&req.reference.host, req.cred.as_ref());
         let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), config: image.config.digest.clone(), ..Default::default() };
-        let facts = self.facts(&image, &out.manifest)?;
+        let facts = self.facts(&image, &out.manifest, sess.verified())?;
         // Where the blobs came from, and for whom: set on each blob with the commit that puts it
         // in the namespace (download, copy, adoption), else by `label` once the grant stands.
         let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
@@ -554,11 +554,15 @@ impl Puller {
         Ok(true)
     }
 
-    /// What the ledger already knows of the image's blobs, read once.
-    fn facts(&self, image: &Image, manifest: &str) -> Result<Facts> {
+    /// What the ledger already knows of the image's blobs, read once. At an endpoint whose
+    /// identity nothing checks (`verified` false: plain http, or https without verifying the
+    /// certificate) what answered there before may not be what answers now: no blob counts as
+    /// served there, so each is downloaded from it again in this session.
+    fn facts(&self, image: &Image, manifest: &str, verified: bool) -> Result<Facts> {
         Ok(self.snap.store().read(|tx| -> std::result::Result<Facts, StoreError> {
             let known = ledger::manifest(tx, manifest)?.filter(|m| m.diff_ids.len() == image.layers.len());
-            let served = image.all().map(|b| ledger::blob_origin(tx, &b.digest, &image.origin).map(|o| o.is_some())).collect::<std::result::Result<_, _>>()?;
+            let served_at = |b: &Blob| -> std::result::Result<bool, StoreError> { Ok(verified && ledger::blob_origin(tx, &b.digest, &image.origin)?.is_some()) };
+            let served = image.all().map(served_at).collect::<std::result::Result<_, _>>()?;
             let paired = image.layers.iter().map(|b| ledger::pairing(tx, &b.digest)).collect::<std::result::Result<_, _>>()?;
             Ok(Facts { known, served, paired })
         })?)
@@ -667,9 +671,12 @@ impl Puller {
             let in_ns = got.present.contains(&b.digest);
             let need_content = full || (i == 0 && facts.known.is_none());
             let hash = needs_hash(i);
-            // This origin served the bytes before, or — at the same endpoint — an
-            // authenticated HEAD at this repository stands in for a download.
-            let vouched = served_here || (self.same_endpoint_served(&b.digest, sess.endpoint())? && sess.blob_exists(&b.digest).await?);
+            // This origin served the bytes before, or — at the same verified endpoint — an
+            // authenticated HEAD at this repository stands in for a download. Without a
+            // credential a HEAD stands in for nothing: what is served without one is public,
+            // and public means pullgate received the bytes so.
+            let head_vouches = sess.verified() && sess.has_credential() && self.same_endpoint_served(&b.digest, sess.endpoint())?;
+            let vouched = served_here || (head_vouches && sess.blob_exists(&b.digest).await?);
             if vouched {
                 // The namespace is entitled to these bytes: the origin accepted its credential
                 // for a manifest naming them, and served them.
@@ -860,7 +867,7 @@ impl Puller {
         let mut public = Vec::new();
         if self.probe_anonymous && identity != ANONYMOUS {
             for (b, d) in image.layers.iter().zip(diff_ids) {
-                if sess.anonymous_can_read(&b.digest).await {
+                if sess.anonymous_serves(&b.digest, b.size).await {
                     public.push(d.clone());
                 }
             }

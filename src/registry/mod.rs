@@ -861,8 +861,23 @@ impl Session {
         })
     }
 
-    /// Whether an anonymous client can read the blob here (for the public-layer rule).
-    pub async fn anonymous_can_read(&self, digest: &str) -> bool {
+    /// Whether this endpoint's identity is checked (https with its certificate verified). What
+    /// answers at any other endpoint is whichever process holds its port: it vouches for
+    /// nothing it did not send in this session.
+    pub fn verified(&self) -> bool {
+        self.verified
+    }
+
+    /// Whether this session carries a credential.
+    pub fn has_credential(&self) -> bool {
+        self.cred.is_some()
+    }
+
+    /// Whether an anonymous client receives the blob's bytes here (for the public-layer rule):
+    /// the bytes are downloaded without credentials and checked against the digest and size.
+    /// A HEAD's answer alone never makes a blob public (a registry may answer one for bytes
+    /// it would not serve); it only spares the download when it says no.
+    pub async fn anonymous_serves(&self, digest: &str, size: u64) -> bool {
         let mut anon = Session {
             http: self.bare.clone(),
             bare: self.bare.clone(),
@@ -881,7 +896,17 @@ impl Session {
             total: self.total,
             progress: None,
         };
-        matches!(anon.blob_exists(digest).await, Ok(true))
+        if !matches!(anon.blob_exists(digest).await, Ok(true)) {
+            return false;
+        }
+        let Ok(mut reader) = anon.open_blob(digest, size).await else { return false };
+        loop {
+            match reader.next_chunk().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return true,
+                Err(_) => return false,
+            }
+        }
     }
 }
 
