@@ -33,6 +33,8 @@ size=$(du -sm "$WORK/img/blobs" | cut -f1)
 cat > "$WORK/acl.json" <<JSON
 {"users": {"alice": "$PW", "admin": "$PW"}, "access": {"alice": ["private/*"], "admin": ["*"]}, "push": ["admin"]}
 JSON
+# Over TLS (use_tls_registries): pullgate spares a download only where it verified the registry.
+use_tls_registries >/dev/null || exit 1
 start_token_registry t "$WORK/acl.json" >/dev/null
 IMG=$REG_t/private/bench:v1
 push_image "$WORK/img" v1 "$IMG" "admin:$PW"
@@ -75,34 +77,34 @@ echo "image: $nlayers layers, ${size} MB compressed, private on a token-auth reg
 
 echo; echo "## 1. re-authentication in a fresh namespace (tenant A pulled the image first)"
 pgi() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PGI/api.sock" "$@"; }
-pg pull -n tenant-a --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
-"${ISOCTR[@]}" -n tenant-a images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
-pgi pull -n tenant-a --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "pullgate pull on the isolated containerd failed"
+pg pull -n tenant-a "${REGF[@]}" --user "alice:$PW" "$IMG" >/dev/null 2>&1
+"${ISOCTR[@]}" -n tenant-a images pull "${CTRF[@]}" --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
+pgi pull -n tenant-a "${REGF[@]}" --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "pullgate pull on the isolated containerd failed"
 declare -A T B
 # Each measured step starts once the previous one's writes are on disk (sync): a copy or a pull
 # commits blobs with fsync, which would otherwise wait for the step before it.
 for rep in $(seq 1 "$REPS"); do
   sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
-  pg verify -n "v$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
+  pg verify -n "v$rep" "${REGF[@]}" --user "alice:$PW" "$IMG" >/dev/null 2>&1
   t1=$EPOCHREALTIME; T[verify]+="$(elapsed "$t0" "$t1") "; B[verify]+="$(registry_bytes "$m1" "$m2") "
   sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
-  "${ISOCTR[@]}" -n "iso$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
+  "${ISOCTR[@]}" -n "iso$rep" images pull "${CTRF[@]}" --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
   t1=$EPOCHREALTIME; T[iso]+="$(elapsed "$t0" "$t1") "; B[iso]+="$(registry_bytes "$m1" "$m2") "
   sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
-  ctr_ -n "c$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
+  ctr_ -n "c$rep" images pull "${CTRF[@]}" --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
   t1=$EPOCHREALTIME; T[ctr]+="$(elapsed "$t0" "$t1") "; B[ctr]+="$(registry_bytes "$m1" "$m2") "
   sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
-  pgi verify -n "vi$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated verify failed"
+  pgi verify -n "vi$rep" "${REGF[@]}" --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated verify failed"
   t1=$EPOCHREALTIME; T[iverify]+="$(elapsed "$t0" "$t1") "; B[iverify]+="$(registry_bytes "$m1" "$m2") "
   sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
-  pgi pull -n "pi$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated pull failed"
+  pgi pull -n "pi$rep" "${REGF[@]}" --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "isolated pull failed"
   t1=$EPOCHREALTIME; T[ipull]+="$(elapsed "$t0" "$t1") "; B[ipull]+="$(registry_bytes "$m1" "$m2") "
 done
 # More verifies, each in a fresh namespace, so that the verify's median is taken over as many
 # runs as the floor's below (the loop above makes only REPS of them, between full pulls).
 for rep in $(seq 1 20); do
   sync; read -r m1 m2 < <(marks); t0=$EPOCHREALTIME
-  pg verify -n "vf$rep" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
+  pg verify -n "vf$rep" "${REGF[@]}" --user "alice:$PW" "$IMG" >/dev/null 2>&1
   t1=$EPOCHREALTIME; T[verify]+="$(elapsed "$t0" "$t1") "; B[verify]+="$(registry_bytes "$m1" "$m2") "
 done
 # The network floor, measured here: what the registry and its token server take to answer a
@@ -115,7 +117,7 @@ for i in $(seq 1 20); do
   token=$(head -n 1 <<<"$tok" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("token") or d["access_token"])')
   T[fmanifest]+="$(curl -s -o /dev/null -w '%{time_total}' -H "Authorization: Bearer $token" \
     -H 'Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json' \
-    "http://$REG_t/v2/private/bench/manifests/v1") "
+    "https://$REG_t/v2/private/bench/manifests/v1" --cacert "$WORK/ca/ca.pem") "
   T[fsync]+="$(python3 -c 'import os,sys,time; p=sys.argv[1]+"/fsync-probe"; t=time.perf_counter(); f=os.open(p, os.O_WRONLY|os.O_CREAT|os.O_TRUNC, 0o600); os.write(f, b"x"*4096); os.fsync(f); os.close(f); print(time.perf_counter()-t)' "$PG/root") "
 done
 tfloor=$(echo "$(med "${T[ftoken]}") + $(med "${T[fmanifest]}")" | bc -l); tfsync=$(med "${T[fsync]}")
@@ -150,8 +152,8 @@ for rep in $(seq 1 "$REPS"); do
   for how in overlayfs pullgate; do
     empty_store
     t0=$EPOCHREALTIME
-    if [ "$how" = pullgate ]; then pg pull -n b2 --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
-    else ctr_ -n b2 images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null; fi
+    if [ "$how" = pullgate ]; then pg pull -n b2 "${REGF[@]}" --user "alice:$PW" "$IMG" >/dev/null 2>&1
+    else ctr_ -n b2 images pull "${CTRF[@]}" --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null; fi
     t1=$EPOCHREALTIME; T[p2$how]+="$(elapsed "$t0" "$t1") "
   done
 done
@@ -166,10 +168,10 @@ echo; echo "## 3. $NS_COUNT namespaces using the same image"
 empty_store
 du_of() { du -sb "$1" 2>/dev/null | cut -f1; }
 t0=$EPOCHREALTIME
-for i in $(seq 1 "$NS_COUNT"); do pg pull -n "m$i" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1; done
+for i in $(seq 1 "$NS_COUNT"); do pg pull -n "m$i" "${REGF[@]}" --user "alice:$PW" "$IMG" >/dev/null 2>&1; done
 t1=$EPOCHREALTIME; tpg=$(elapsed "$t0" "$t1"); dpg=$(du_of "$PG/root/snapshots")
 t0=$EPOCHREALTIME
-for i in $(seq 1 "$NS_COUNT"); do ctr_ -n "o$i" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null; done
+for i in $(seq 1 "$NS_COUNT"); do ctr_ -n "o$i" images pull "${CTRF[@]}" --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null; done
 t1=$EPOCHREALTIME; tov=$(elapsed "$t0" "$t1"); dov=$(du_of "$WORK/containerd/root/io.containerd.snapshotter.v1.overlayfs/snapshots")
 printf '| %-52s | %9s | %10s |\n' "$NS_COUNT namespaces, same image" "total time" "disk (MB)"
 printf '|%s|%s|%s|\n' "------------------------------------------------------" "-----------" "------------"
@@ -178,7 +180,7 @@ printf '| %-52s | %7.2f s | %10.1f |\n' "overlayfs (one extraction per namespace
 # (The first namespace above downloads and unpacks the image.) Then as many new tenants once the
 # image is on the node: each verifies, gets the image record and adopts the unpacked chain.
 t0=$EPOCHREALTIME
-for i in $(seq 1 "$NS_COUNT"); do pg pull -n "n$i" --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "new tenant n$i: pull failed"; done
+for i in $(seq 1 "$NS_COUNT"); do pg pull -n "n$i" "${REGF[@]}" --user "alice:$PW" "$IMG" >/dev/null 2>&1 || echo "new tenant n$i: pull failed"; done
 t1=$EPOCHREALTIME; tnew=$(elapsed "$t0" "$t1")
 printf 'pullgate, %d new tenants ready to run (the image on the node): %.2f s in all (target <= 1.0 s for 20), %.3f s each\n' "$NS_COUNT" "$tnew" "$(echo "$tnew / $NS_COUNT" | bc -l)"
 
@@ -194,20 +196,20 @@ token_acl t 'acl["anonymous"] = ["public/*"]'
 PUBIMG=$REG_t/public/base:v1; APPIMG=$REG_t/private/onbase:v1
 push_image "$WORK/pubbase" v1 "$PUBIMG" "admin:$PW"
 push_image "$WORK/onbase" v1 "$APPIMG" "admin:$PW"
-pgi pull -n pa --plain-http "$PUBIMG" >/dev/null 2>&1 || echo "anonymous pull of the base failed"
-pgi pull -n pa --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1 || echo "pull of the application failed"
-pgi pull -n pw --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1 || echo "warm-up pull failed"
+pgi pull -n pa "${REGF[@]}" "$PUBIMG" >/dev/null 2>&1 || echo "anonymous pull of the base failed"
+pgi pull -n pa "${REGF[@]}" --user "alice:$PW" "$APPIMG" >/dev/null 2>&1 || echo "pull of the application failed"
+pgi pull -n pw "${REGF[@]}" --user "alice:$PW" "$APPIMG" >/dev/null 2>&1 || echo "warm-up pull failed"
 # bytes_of JSON_LIST: the layout sizes of the blobs named.
 sizes=$(python3 -c 'import json,os,sys; d=sys.argv[1]+"/blobs/sha256"; print(json.dumps({"sha256:"+f: os.path.getsize(os.path.join(d,f)) for f in os.listdir(d)}))' "$WORK/onbase")
 bytes_of() { python3 -c 'import json,sys; s=json.loads(sys.argv[1]); print(sum(s.get(d,0) for d in json.loads(sys.argv[2])))' "$sizes" "$1"; }
 for rep in $(seq 1 "$REPS"); do
   sync; t0=$EPOCHREALTIME
-  out=$(pgi pull -n "pp$rep" --plain-http --user "alice:$PW" -o json "$APPIMG" 2>/dev/null)
+  out=$(pgi pull -n "pp$rep" "${REGF[@]}" --user "alice:$PW" -o json "$APPIMG" 2>/dev/null)
   t1=$EPOCHREALTIME; T[ppull]+="$(elapsed "$t0" "$t1") "
   B[pcopied]+="$(bytes_of "$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["copied"]))' "$out")") "
   B[ppublic]+="$(bytes_of "$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["public"]))' "$out")") "
   sync; t0=$EPOCHREALTIME
-  "${ISOCTR[@]}" -n "pi$rep" images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$APPIMG" >/dev/null
+  "${ISOCTR[@]}" -n "pi$rep" images pull "${CTRF[@]}" --user "alice:$PW" --snapshotter overlayfs "$APPIMG" >/dev/null
   t1=$EPOCHREALTIME; T[piso]+="$(elapsed "$t0" "$t1") "
 done
 tpp=$(med "${T[ppull]}"); tpi=$(med "${T[piso]}")
@@ -230,8 +232,8 @@ PUBBLOB=$(python3 -c 'import json,sys; d=sys.argv[1]; i=json.load(open(d+"/index
 scale_run() { # LABEL
   local i t0 t1
   for i in $(seq 1 "$REPS"); do
-    sync; t0=$EPOCHREALTIME; pgi verify -n "sv$1-$i" --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1; t1=$EPOCHREALTIME; T[sv$1]+="$(elapsed "$t0" "$t1") "
-    sync; t0=$EPOCHREALTIME; pgi pull -n "sp$1-$i" --plain-http --user "alice:$PW" "$APPIMG" >/dev/null 2>&1; t1=$EPOCHREALTIME; T[sp$1]+="$(elapsed "$t0" "$t1") "
+    sync; t0=$EPOCHREALTIME; pgi verify -n "sv$1-$i" "${REGF[@]}" --user "alice:$PW" "$APPIMG" >/dev/null 2>&1; t1=$EPOCHREALTIME; T[sv$1]+="$(elapsed "$t0" "$t1") "
+    sync; t0=$EPOCHREALTIME; pgi pull -n "sp$1-$i" "${REGF[@]}" --user "alice:$PW" "$APPIMG" >/dev/null 2>&1; t1=$EPOCHREALTIME; T[sp$1]+="$(elapsed "$t0" "$t1") "
     sync; t0=$EPOCHREALTIME; "${ISOCTR[@]}" -n "sa$1-$i" content ingest --expected-digest "$PUBBLOB" "adopt-$i" <"$WORK/empty" >/dev/null 2>&1 || echo "containerd's adoption of a public blob failed"
     t1=$EPOCHREALTIME; T[sa$1]+="$(elapsed "$t0" "$t1") "
   done
@@ -254,8 +256,8 @@ for n in $NS_SCALE; do
 done
 
 echo; echo "## 5. ctr run --rm latency"
-ctr_ -n r5 images pull --plain-http --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
-pg pull -n r5 --plain-http --user "alice:$PW" "$IMG" >/dev/null 2>&1
+ctr_ -n r5 images pull "${CTRF[@]}" --user "alice:$PW" --snapshotter overlayfs "$IMG" >/dev/null
+pg pull -n r5 "${REGF[@]}" --user "alice:$PW" "$IMG" >/dev/null 2>&1
 # runs LABEL: RUNS pairs of `ctr run --rm`, pullgate then overlayfs, alternating so that drift
 # on the machine (caches, containerd's GC of the previous run) falls on both alike. Sets
 # T[LABEL] (pullgate) and T[LABEL-ov] (the overlayfs runs interleaved with it).

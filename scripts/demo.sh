@@ -25,6 +25,10 @@ V=${CONTAINERD_VERSION:-1.6}
 show() { printf '\n$ %s\n' "$(echo "$*" | sed "s#$WORK#\$WORK#g; s#^ctr_ #ctr #; s#^pg #pullgate #")"; "$@"; }
 
 python3 "$REPO/tests/mkimage.py" "$WORK/img" --tag v1 --message "hello from a private image" >/dev/null
+# The registry serves TLS with a certificate from a CA made for this run, named in the hosts.toml
+# pullgate's daemon reads ([registry] hosts_dir) and ctr is given (--hosts-dir): pullgate
+# believes what a registry served earlier only where it verified the registry's certificate.
+use_tls_registries >/dev/null || exit 1
 start_registry demo htpasswd alice alice-password bob bob-password >/dev/null
 IMG=$REG_demo/private/app:v1
 push_image "$WORK/img" v1 "$IMG" alice:alice-password
@@ -32,10 +36,10 @@ PG=$WORK/pullgate
 start_pullgate "$PG"
 start_containerd "$V" "$PG/snapshotter.sock"
 pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
-echo "registry $REG_demo (htpasswd users alice and bob), containerd $V and pullgate under \$WORK=$WORK"
+echo "registry https://$REG_demo (TLS, htpasswd users alice and bob; its hosts.toml in \$WORK/registry-hosts), containerd $V and pullgate under \$WORK=$WORK"
 
 echo; echo "### 1. tenant A pulls the private image with its password, through pullgate, and runs it"
-show pg pull -n A --plain-http --user alice:alice-password "$IMG"
+show pg pull -n A "${REGF[@]}" --user alice:alice-password "$IMG"
 show ctr_ -n A run --rm --snapshotter pullgate "$IMG" a1
 show pg inspect "$IMG"
 
@@ -45,7 +49,7 @@ top=$(pg inspect "$IMG" | awk '/^  layer /{d=$0} END{print d}' | grep -o 'sha256
 show ctr_ -n B content ingest --expected-digest "$top" steal < "$WORK/empty"
 show ctr_ -n B content get "$top"
 echo "... nor pull the image without the password:"
-show ctr_ -n B images pull --plain-http --snapshotter pullgate "$IMG"
+show ctr_ -n B images pull "${CTRF[@]}" --snapshotter pullgate "$IMG"
 echo "... and given the image's bytes some other way (here, its build directory), imports them and runs it:"
 python3 - "$WORK/img/index.json" "$IMG" > "$WORK/leaked-index.json" <<'PY'
 import json, sys
@@ -63,8 +67,8 @@ ctr_ -n B images rm --sync "$IMG" >/dev/null 2>&1
 echo; echo "### 3. B (as bob) proves its own access at the registry (one manifest round-trip, no blob download:"
 echo "###    pullgate copies the blobs B is now entitled to from A's content on the node), then"
 echo "###    unpacks by adopting A's chain (nothing downloaded, nothing extracted) and runs"
-show pg verify -n B --plain-http --user bob:bob-password "$IMG"
-show pg pull -n B --plain-http --user bob:bob-password "$IMG"
+show pg verify -n B "${REGF[@]}" --user bob:bob-password "$IMG"
+show pg pull -n B "${REGF[@]}" --user bob:bob-password "$IMG"
 show ctr_ -n B run --rm --snapshotter pullgate "$IMG" b2
 show pg grants --all
 echo; echo "pullgate's log (last lines):"; tail -n 4 "$PG/log" | sed 's/^/    /'

@@ -47,6 +47,9 @@ cat > "$WORK/acl.json" <<JSON
 {"users": {"alice": "$PW_ALICE", "bob": "$PW_BOB", "carol": "$PW_CAROL"},
  "access": {"alice": ["private/*"], "bob": ["private/*"], "carol": ["private/*"]}, "push": ["alice"]}
 JSON
+# The registry serves TLS (use_tls_registries): what pullgate spares B in 3 (no blob from the
+# verify on) it promises at an endpoint it verified.
+use_tls_registries || exit 1
 start_token_registry t "$WORK/acl.json" || exit 1
 REG=$REG_t
 IMG=$REG/private/app:v1
@@ -55,9 +58,7 @@ SHARED=$REG/private/shared:v1
 push_image "$WORK/priv" v1 "$IMG" "alice:$PW_ALICE" || fail "push the private image"
 push_image "$WORK/direct" v1 "$DIRECT" "alice:$PW_ALICE" || fail "push the second private image"
 push_image "$WORK/shared" v1 "$SHARED" "alice:$PW_ALICE" || fail "push the third private image"
-HOSTS=$WORK/hosts
-mkdir -p "$HOSTS/$REG"
-printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve", "push"]\n' "$REG" "$REG" > "$HOSTS/$REG/hosts.toml"
+HOSTS=$REG_HOSTS   # the registry's hosts.toml: its https server and this run's CA
 PG=$WORK/pg
 start_pullgate "$PG" || exit 1
 start_containerd "$V" "$PG/snapshotter.sock" || exit 1
@@ -89,7 +90,7 @@ log "1. nerdctl login; pullgate pull with that login; nerdctl run in A"
 check_out "A's nerdctl login to the token registry" "Login Succeeded" bash -c "echo '$PW_ALICE' | NERDCTL_TOML='$WORK/nerdctl.toml' DOCKER_CONFIG='$WORK/docker-a' '$NERDCTL_BIN' login -u alice --password-stdin '$REG'"
 check "it wrote docker's config.json with an entry for $REG" python3 -c 'import json,sys; assert sys.argv[2] in json.load(open(sys.argv[1]))["auths"]' "$WORK/docker-a/config.json" "$REG"
 tm=$(wc -l < "$WORK/registry-t/token.log")
-check_out "A's pullgate pull without --user (the login from config.json)" "$MD" pg_as a pull -n A --plain-http "$IMG"
+check_out "A's pullgate pull without --user (the login from config.json)" "$MD" pg_as a pull -n A "${REGF[@]}" "$IMG"
 check "the token server saw alice, and only alice ($(token_users "$tm"))" test "$(token_users "$tm")" = "user=alice"
 check_out "A holds a grant for the image" "$REG/private/app" pg grants -n A
 check_out "nerdctl images in A lists it" "$REG/private/app" nerd a --namespace A images
@@ -121,7 +122,7 @@ check_no_grants "B holds no grant" B
 log "3. B logs in, pullgate verify, then B's nerdctl run works with no blob downloaded"
 check_out "B's nerdctl login (bob)" "Login Succeeded" bash -c "echo '$PW_BOB' | NERDCTL_TOML='$WORK/nerdctl.toml' DOCKER_CONFIG='$WORK/docker-b' '$NERDCTL_BIN' login -u bob --password-stdin '$REG'"
 m=$(mark); tm=$(wc -l < "$WORK/registry-t/token.log")
-check_out "B's pullgate verify with that login" "$MD" pg_as b verify -n B --plain-http "$IMG"
+check_out "B's pullgate verify with that login" "$MD" pg_as b verify -n B "${REGF[@]}" "$IMG"
 check "the token server saw bob, and only bob ($(token_users "$tm"))" test "$(token_users "$tm")" = "user=bob"
 check_out "B's nerdctl run now works" "$PRIVMSG" nerd b --namespace B run --rm --net host "$IMG"
 check "the registry saw B's manifest request" bash -c "tail -n +$((m + 1)) '$WORK/registry-t/log' | grep -q '\"[A-Z]* /v2/private/app/manifests/'"
@@ -136,7 +137,7 @@ check_refused "4a: C's nerdctl pull of A's image is refused at the unpack with p
   "$(denied C)" "$PRIVMSG" nerd c --namespace C pull "$IMG"
 check "4a: (containerd did download the blobs with carol's login: $(blob_gets "$m") blob GETs)" test "$(blob_gets "$m")" -gt 0
 check_refused "4a: C's nerdctl run of it is refused too" "$(denied C)" "$PRIVMSG" nerd c --namespace C run --rm --net host "$IMG"
-check_out "4a: after C's pullgate verify (carol's login)" "$MD" pg_as c verify -n C --plain-http "$IMG"
+check_out "4a: after C's pullgate verify (carol's login)" "$MD" pg_as c verify -n C "${REGF[@]}" "$IMG"
 check_out "4a: C's nerdctl run works" "$PRIVMSG" nerd c --namespace C run --rm --net host "$IMG"
 # 4b: images pullgate never saw, pulled by nerdctl alone (C holds a grant for A's image since 4a).
 # DIRECT shares no layer with any image pullgate pulled: pullgate has no record of its layers,

@@ -30,7 +30,17 @@
 #      pulls and runs; the same token is the same identity; revoked, expired, other-service
 #      tokens, an expired registry token and a token service without the refresh-token grant
 #      are refused naming the cause, and record nothing; a user name holding a colon is taken
-#      as sent.
+#      as sent;
+#  15. an impostor on a plain-http registry's port (the registry gone), serving team-a's
+#      manifest and answering HEAD for every blob but serving none: pods of other namespaces,
+#      with no secret or a made-up one, get nothing from the node: refused, nothing recorded.
+#  16. a public image preloaded on the node (containerd's own CRI pull) and a private repository
+#      serving the same bytes: after team-a pulls the private name through the front (or before
+#      the preload), pods without a secret still run the public name (pullgate verifies it at
+#      its own origin without a credential, and says so in its log); the private image of 2
+#      stays refused to them.
+# The registries of 4 and 14 serve TLS with this run's CA (use_tls_registries): what spares a
+# download is an endpoint pullgate verified.
 # About a minute per containerd version.
 # Usage: tests/e2e_cri.sh VERSION
 source "$(dirname "$0")/lib.sh"
@@ -42,6 +52,9 @@ PW_CAROL=carol-Cri-7m2x
 PW_ADMIN=admin-Cri-2p9w
 PW_CI=ci-Cri-8d3k
 TOKMSG="private app behind a token service"
+IMPMSG="private app of team-a at a plain-http registry"
+DUPMSG="public app also served privately"
+DUP2MSG="another public app also served privately"
 PRIVMSG="private app of team-a"
 REFUSED='pullgate refused pod'
 
@@ -52,7 +65,13 @@ mk "$WORK/pause" --tag v1 --message "pause" --cmd "sleep 100000"
 mk "$WORK/pub" --tag v1 --message "public app"
 mk "$WORK/priv" --tag v1 --message "$PRIVMSG" --extra-layers 1 --layer-mb 0.2 --seed 21
 mk "$WORK/tpriv" --tag v1 --message "$TOKMSG" --extra-layers 1 --layer-mb 0.1 --seed 31
+mk "$WORK/dup" --tag v1 --message "$DUPMSG" --extra-layers 1 --layer-mb 0.1 --seed 51
+mk "$WORK/dup2" --tag v1 --message "$DUP2MSG" --extra-layers 1 --layer-mb 0.1 --seed 53
+mk "$WORK/ipriv" --tag v1 --message "$IMPMSG" --extra-layers 1 --layer-mb 0.1 --seed 41
 start_registry pub || exit 1
+start_registry imp htpasswd alice "$PW_ALICE" || exit 1
+IMP_PID=${LAUNCHED[0]}
+use_tls_registries || exit 1
 start_registry h htpasswd alice "$PW_ALICE" carol "$PW_CAROL" || exit 1
 start_registry bad || exit 1
 cat > "$WORK/acl.json" <<JSON
@@ -67,6 +86,12 @@ push_image "$WORK/pause" v1 "$PAUSE" || fail "push the sandbox image"
 push_image "$WORK/pub" v1 "$PUB" || fail "push the public image"
 push_image "$WORK/priv" v1 "$PRIV" "alice:$PW_ALICE" || fail "push the private image"
 push_image "$WORK/tpriv" v1 "$TPRIV" "admin:$PW_ADMIN" || fail "push the token registry's private image"
+# The same images public (anonymous registry) and private (htpasswd registry).
+for i in dup dup2; do
+  push_image "$WORK/$i" v1 "$REG_pub/public/$i:v1" && push_image "$WORK/$i" v1 "$REG_h/private/$i:v1" "alice:$PW_ALICE" || fail "push $i publicly and privately"
+done
+IMPRIV=$REG_imp/private/imp:v1
+push_image "$WORK/ipriv" v1 "$IMPRIV" "alice:$PW_ALICE" || fail "push the plain-http registry's private image"
 if [ "$V" = 2.1 ]; then
   # CNI for the user-namespace pods of 5g (every other pod is a host-network pod): Debian's
   # plugins, a point-to-point network of this run's own (name, addresses and IPAM state).
@@ -83,7 +108,7 @@ JSON
 fi
 # (No [namespaces."k8s.io"] table in pullgate's config: with the CRI front on, k8s.io requires a
 # principal by default.)
-start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_h" "$REG_bad" "$REG_t" || exit 1
+start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_h" "$REG_bad" "$REG_t" "$REG_imp" || exit 1
 check "pullgate's CRI socket is readable by root only" test "$(stat -c %a "$PG/cri.sock")" = 600
 
 front() { "$CRI_BIN" --socket "$PG/cri.sock" "$@"; }
@@ -696,6 +721,61 @@ run_pod front tok-c team-tc || fail "14: RunPodSandbox team-tc/tok-c"; SID_TC=$S
 check_out "14: team-tc's PullImage with a secret whose user name holds a colon" '"image_ref":"sha256:' \
   pull_as tok-c team-tc "$TPRIV" "{\"username\":\"ci:bot\",\"password\":\"$PW_CI\"}"
 check_out "14: tok-c runs the image" "$TOKMSG" run_in front tok-c team-tc "$SID_TC" tc1 "$TPRIV"
+
+log "15. an impostor on a plain-http registry's port gets nothing from the node"
+run_pod front imp-a team-a || fail "15: RunPodSandbox team-a/imp-a"; SID_IA=$SID
+check_out "15: team-a's PullImage of its image at the plain-http registry, with alice's secret" '"image_ref":"sha256:' pull_as imp-a team-a "$IMPRIV" "alice:$PW_ALICE"
+check_out "15: team-a's container runs it" "$IMPMSG" run_in front imp-a team-a "$SID_IA" ia1 "$IMPRIV"
+curl -sf -u "alice:$PW_ALICE" -H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$REG_imp/v2/private/imp/manifests/v1" > "$WORK/imp-manifest.json" \
+  || fail "15: read team-a's manifest from the registry"
+# The registry goes away; another process takes its port and answers as it: team-a's manifest
+# without credentials, 200 to a HEAD of any blob, 404 to every blob GET.
+kill "$IMP_PID"; wait_for 10 bash -c "! curl -s -o /dev/null http://$REG_imp/v2/"
+/usr/bin/python3 "$REPO/tests/evilregistry.py" --port "${REG_imp#*:}" --repo private/imp --tag v1 --mode vouch \
+  --manifest "$WORK/imp-manifest.json" --log "$WORK/impostor.log" & PIDS+=($!)
+wait_for 10 curl -sf "http://$REG_imp/v2/" || fail "15: the impostor did not take the port"
+for who in "imp-b team-b" "imp-c team-c mallory:made-Up-1"; do
+  read -r pod ns secret <<<"$who"
+  run_pod front "$pod" "$ns" || fail "15: RunPodSandbox $ns/$pod"
+  check_refused "15: $ns's PullImage ${secret:+with a made-up secret }${secret:-without a secret} fails: the impostor serves no blob" \
+    "blob sha256:[0-9a-f]+.*not found|not found.*blob sha256" "" pull_as "$pod" "$ns" "$IMPRIV" ${secret:+"$secret"}
+  check_refused "15: $ns's CreateContainer of the image on the node is refused" "$REFUSED $ns/$pod" "$IMPMSG" run_in front "$pod" "$ns" "$SID" "c-$pod" "$IMPRIV"
+  check "15: and containerd has no container for it" test "$(containers_of "$SID")" = 0
+done
+check "15: the impostor was asked for blobs (pullgate downloads them: nothing comes from the node)" grep -qE '^GET /v2/private/imp/blobs/' "$WORK/impostor.log"
+gl=$(pg grants -n k8s.io 2>&1); rc=$?
+check "15: pullgate grants -n k8s.io works (rc=$rc)" test $rc -eq 0 -a "$(head -1 <<<"$gl" | awk '{print $1}')" = NAMESPACE
+check "15: and lists no grant of team-b's or team-c's pods here ($(grep -E 'team-(b|c)/imp-' <<<"$gl" | head -2))" not grep -qE 'team-(b|c)/imp-' <<<"$gl"
+
+log "16. a public image preloaded on the node, the same bytes also in a private repository"
+# Preloaded as a node preloads images: containerd's own CRI pull (not through the front). The
+# layers are unknown to pullgate then: NeverVerifyPreloadedImages (the default) lets pods run it.
+check "16: the node preloads $REG_pub/public/dup:v1 (containerd's own CRI pull)" direct PullImage "{\"image\":{\"image\":\"$REG_pub/public/dup:v1\"}}"
+run_pod front pre-1 team-p1 || fail "16: RunPodSandbox team-p1/pre-1"
+check_out "16: team-p1's pod runs the preloaded public image" "$DUPMSG" run_in front pre-1 team-p1 "$SID" p1 "$REG_pub/public/dup:v1"
+run_pod front dup-a team-a || fail "16: RunPodSandbox team-a/dup-a"
+check_out "16: team-a pulls the private name of the same bytes through the front, with alice's secret" '"image_ref":"sha256:' \
+  pull_as dup-a team-a "$REG_h/private/dup:v1" "alice:$PW_ALICE"
+check_out "16: pullgate now holds the layers as protected (pullgate inspect of the private name)" "protected" pg inspect "$REG_h/private/dup:v1"
+run_pod front pre-2 team-p2 || fail "16: RunPodSandbox team-p2/pre-2"; SID_P2=$SID
+mark=$(wc -l < "$PG/log"); pmark=$(wc -l < "$WORK/registry-pub/log")
+check_out "16: team-p2's pod, without a secret, still runs the public image" "$DUPMSG" run_in front pre-2 team-p2 "$SID_P2" p2 "$REG_pub/public/dup:v1"
+check "16: pullgate says why: public at its own origin ($REG_pub/public/dup)" \
+  grep -q "public at its own origin.*public_at=$REG_pub/public/dup:v1" <(tail -n +"$((mark + 1))" "$PG/log")
+check "16: it asked that origin without a credential (the public registry's log shows the manifest)" \
+  grep -q '"[A-Z]* /v2/public/dup/manifests/' <(tail -n +"$((pmark + 1))" "$WORK/registry-pub/log")
+# The verify was of the name pinned to the record's manifest: inspect names it so.
+DUP_MD=$(pg inspect "$REG_h/private/dup:v1" | awk '/^manifest /{print $2; exit}')
+out=$(pg inspect "$REG_pub/public/dup@$DUP_MD" 2>&1); rc=$?
+check "16: pullgate inspect of the public name shows every layer public (its bytes came from that origin without a credential; rc=$rc)" \
+  bash -c '[ "$0" -eq 0 ] && grep -qE "\) public$" <<<"$1" && ! grep -qE "\) protected$" <<<"$1"' "$rc" "$out"
+check_refused "16: team-p2's pod is still refused team-a's private image of 2 (its names verify nowhere without a credential)" \
+  "$REFUSED team-p2/pre-2" "$PRIVMSG" run_in front pre-2 team-p2 "$SID_P2" p2x "$PRIV"
+# The other order: the private name first, then the node preloads the public one.
+check_out "16: team-a pulls the private name of another image first" '"image_ref":"sha256:' pull_as dup-a team-a "$REG_h/private/dup2:v1" "alice:$PW_ALICE"
+check "16: then the node preloads its public name (containerd's own CRI pull)" direct PullImage "{\"image\":{\"image\":\"$REG_pub/public/dup2:v1\"}}"
+run_pod front pre-3 team-p3 || fail "16: RunPodSandbox team-p3/pre-3"
+check_out "16: team-p3's pod, without a secret, runs the public name" "$DUP2MSG" run_in front pre-3 team-p3 "$SID" p3 "$REG_pub/public/dup2:v1"
 
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
 PATS=$WORK/secret-patterns

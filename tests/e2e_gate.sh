@@ -23,6 +23,9 @@ mk "$WORK/pre" --tag v1 --message "preloaded app" --extra-layers 1 --layer-mb 0.
 mk "$WORK/probed" --tag v1 --message "probed app" --extra-layers 1 --layer-mb 0.1 --seed 41
 mk "$WORK/unprobed" --tag v1 --message "unprobed app" --extra-layers 1 --layer-mb 0.1 --seed 43
 start_registry pub || exit 1
+# The private images' registries serve TLS (use_tls_registries): what spares a download (5, 5b,
+# 13) is an endpoint pullgate verified. The public one stays plain http.
+use_tls_registries || exit 1
 start_registry h htpasswd alice "$PW_ALICE" || exit 1
 cat > "$WORK/acl.json" <<JSON
 {"users": {"alice": "$PW_ALICE", "bob": "$PW_BOB", "carol": "$PW_CAROL", "admin": "$PW_ADMIN"},
@@ -37,10 +40,10 @@ TPRIV=$REG_t/private/app:v1
 PROBED=$REG_t/public/probed:v1
 UNPROBED=$REG_t/private/unprobed:v1
 # Origins as pullgate writes them: `inspect`'s "served by", `grants`, the content labels
-# pullgate.io/origin.<origin>, and [policy] allowlist entries. Every registry here is plain
-# http, and pullgate names a plain-http endpoint with its scheme (an https registry of the same
+# pullgate.io/origin.<origin>, and [policy] allowlist entries: an https registry by its name,
+# a plain-http one with its scheme (the public registry here: an https registry of the same
 # name is another origin).
-ORIGIN_SCHEME="http://"
+ORIGIN_SCHEME=""
 ORIGIN_h=$ORIGIN_SCHEME$REG_h/private/app
 ORIGIN_t=$ORIGIN_SCHEME$REG_t/private/app
 ORIGIN_tm=$ORIGIN_SCHEME$REG_t/private/mirror
@@ -49,16 +52,18 @@ push_image "$WORK/pub" v1 "$PUB" "" --all && push_image "$WORK/pre" v1 "$PRE" &&
   && push_image "$WORK/unprobed" v1 "$UNPROBED" "admin:$PW_ADMIN" || { fail "push test images"; exit 1; }
 PG=$WORK/pullgate
 pullgate_config "$PG"
-BASE_CONFIG=$(cat "$PG/config.toml")
+# (Without its [registry] table, which restart_pullgate writes last.)
+BASE_CONFIG=$(sed '/^\[registry\]/,$d' "$PG/config.toml")
 start_pullgate "$PG" || exit 1
 start_containerd "$V" "$PG/snapshotter.sock" || exit 1
 wait_backend
 check_containerd_version "$V"
 pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
-# restart_pullgate [TOML]: SIGTERM pullgate and start it again with extra config.
+# restart_pullgate [TOML [REGISTRY_TOML]]: SIGTERM pullgate and start it again with extra config
+# (REGISTRY_TOML: more keys of its [registry] table).
 restart_pullgate() {
   kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
-  printf '%s\n%s\n' "$BASE_CONFIG" "${1:-}" > "$PG/config.toml"
+  printf '%s\n%s\n[registry]\nhosts_dir = "%s"\n%s\n' "$BASE_CONFIG" "${1:-}" "$REG_HOSTS" "${2:-}" > "$PG/config.toml"
   start_pullgate "$PG" && wait_backend
 }
 # run_img NS NAME [ctr run flags...] IMAGE: runs IMAGE (last arg) and prints its output.
@@ -85,8 +90,8 @@ check_out "it runs in namespace other (no grant there)" "public base image" run_
 check_out "pullgate check allows it for a fresh namespace" "allowed" pg check -n fresh "$PUB"
 
 log "2. tenant A pulls a private image with credentials and runs it"
-check "pullgate pull -n A --user alice (htpasswd registry)" pg pull -n A --plain-http --user "alice:$PW_ALICE" "$HPRIV"
-check "pullgate pull -n A --user alice (token registry)" pg pull -n A --plain-http --user "alice:$PW_ALICE" "$TPRIV"
+check "pullgate pull -n A --user alice (htpasswd registry)" pg pull -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
+check "pullgate pull -n A --user alice (token registry)" pg pull -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$TPRIV"
 check_out "A runs it" "$LEAK" run_img A a1 "$HPRIV"
 check_out "pullgate inspect shows the origin" "served by $ORIGIN_h to id:" pg inspect "$HPRIV"
 insp=$(pg inspect "$HPRIV")
@@ -223,13 +228,13 @@ check_no_grants "no grant was recorded for B4 (pullgate grants works and lists n
 
 log "5. tenant B verifies with its own valid credentials: one manifest round-trip, then adopts A's chain"
 mark=$(wc -l < "$WORK/registry-t/log"); : > "$WORK/registry-t/token.log"
-check_out "pullgate verify -n B5 --user bob (token registry)" "sha256:" pg verify -n B5 --plain-http --user "bob:$PW_BOB" "$TPRIV"
+check_out "pullgate verify -n B5 --user bob (token registry)" "sha256:" pg verify -n B5 "${REGF[@]}" --user "bob:$PW_BOB" "$TPRIV"
 after=$(tail -n +"$((mark + 1))" "$WORK/registry-t/log")
 check "the registry saw manifest requests" grep -q '/v2/private/app/manifests/' <<<"$after"
 check "the token server issued bob a token by POST" grep -q '^POST /token user=bob' "$WORK/registry-t/token.log"
 check "the registry saw no blob request" not grep -q '/blobs/' <<<"$after"
 du_before=$(du -sb "$PG/root/snapshots" | cut -f1)
-out=$(pg pull -n B5 --plain-http --user "bob:$PW_BOB" "$TPRIV" 2>&1)
+out=$(pg pull -n B5 "${REGF[@]}" --user "bob:$PW_BOB" "$TPRIV" 2>&1)
 check_out "pullgate pull -n B5 downloads nothing and adopts A's chain" "0 blob(s) downloaded, 0 copied from the node, 0 layer(s) extracted, 5 adopted" echo "$out"
 check "B5's unpack extracted nothing (no commit in namespace B5)" not grep -q 'commit key=B5/' "$PG/log"
 du_after=$(du -sb "$PG/root/snapshots" | cut -f1)
@@ -248,7 +253,7 @@ cat > "$WORK/acl.json" <<JSON
 JSON
 cp "$WORK/acl.json" "$WORK/registry-t/acl.json"
 mark=$(wc -l < "$WORK/registry-t/log")
-check "pullgate verify -n B5b at $REG_t/private/mirror" pg verify -n B5b --plain-http --user "bob:$PW_BOB" "$REG_t/private/mirror:v1"
+check "pullgate verify -n B5b at $REG_t/private/mirror" pg verify -n B5b "${REGF[@]}" --user "bob:$PW_BOB" "$REG_t/private/mirror:v1"
 after=$(tail -n +"$((mark + 1))" "$WORK/registry-t/log")
 check "the registry saw blob HEADs at the new repository" grep -q '"HEAD /v2/private/mirror/blobs/' <<<"$after"
 check "and no blob GET" not grep -q '"GET /v2/private/mirror/blobs/' <<<"$after"
@@ -261,7 +266,7 @@ check "the top layer's blob was linked into private/mirror2" test -f "$link"
 rm -f "$link"
 mark=$(wc -l < "$WORK/registry-t/log")
 check_err "pullgate verify -n B5n at private/mirror2, where that blob is absent, fails" "not found" \
-  pg verify -n B5n --plain-http --user "bob:$PW_BOB" "$REG_t/private/mirror2:v1"
+  pg verify -n B5n "${REGF[@]}" --user "bob:$PW_BOB" "$REG_t/private/mirror2:v1"
 after=$(tail -n +"$((mark + 1))" "$WORK/registry-t/log")
 check "the registry answered bob's HEAD of that blob at private/mirror2 with 404" \
   grep -qE "\"HEAD /v2/private/mirror2/blobs/${LBLOB[4]} HTTP/[0-9.]+\" 404 .*pullgate/" <<<"$after"
@@ -279,10 +284,10 @@ check "G's content is gone after GC" test "$(ctr_ -n G content ls -q | wc -l)" -
 
 PL=containerd.io/snapshot/pullgate.principal
 log "6. no access, wrong password, registry down, bad input: distinct errors, nothing recorded"
-check_err "valid login without access (insufficient_scope)" "no access to $REG_t/private/app" pg verify -n C6 --plain-http --user "carol:$PW_CAROL" "$TPRIV"
-"$PG_BIN" verify --address "$PG/api.sock" -n C6 --plain-http --user "carol:$PW_CAROL" "$TPRIV" >/dev/null 2>&1; check "its exit code is 3 (denied)" test $? -eq 3
-check_err "wrong password (token registry)" "rejected the credentials of user \"alice\"" pg verify -n C6 --plain-http --user "alice:wrong" "$TPRIV"
-check_err "wrong password (htpasswd registry)" "rejected the credentials" pg verify -n C6 --plain-http --user "alice:wrong" "$HPRIV"
+check_err "valid login without access (insufficient_scope)" "no access to $REG_t/private/app" pg verify -n C6 "${REGF[@]}" --user "carol:$PW_CAROL" "$TPRIV"
+"$PG_BIN" verify --address "$PG/api.sock" -n C6 "${REGF[@]}" --user "carol:$PW_CAROL" "$TPRIV" >/dev/null 2>&1; check "its exit code is 3 (denied)" test $? -eq 3
+check_err "wrong password (token registry)" "rejected the credentials of user \"alice\"" pg verify -n C6 "${REGF[@]}" --user "alice:wrong" "$TPRIV"
+check_err "wrong password (htpasswd registry)" "rejected the credentials" pg verify -n C6 "${REGF[@]}" --user "alice:wrong" "$HPRIV"
 DOWN=127.0.0.1:$(free_port)/private/app:v1
 check_err "registry down" "unavailable" pg verify -n C6 --plain-http --user "alice:$PW_ALICE" "$DOWN"
 "$PG_BIN" verify --address "$PG/api.sock" -n C6 --plain-http "$DOWN" >/dev/null 2>&1; check "its exit code is 5 (unavailable)" test $? -eq 5
@@ -303,11 +308,11 @@ check_err "and says why" "invalid image reference" "$PG_BIN" verify --address "$
 # docker runs it), and --password-stdin. Each must act as alice's own --user would (the grant's
 # identity is the same HMAC), and print no secret.
 ident() { pg grants -n "$1" | awk 'NR > 1 {print $5; exit}'; }
-check "DC0: pullgate verify --user alice (the identity to compare with)" pg verify -n DC0 --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+check "DC0: pullgate verify --user alice (the identity to compare with)" pg verify -n DC0 "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
 ID_ALICE=$(ident DC0)
 DC=$WORK/docker; mkdir -p "$DC" "$WORK/bin"
 printf '{"auths": {"%s": {"auth": "%s"}}}' "$REG_h" "$(printf 'alice:%s' "$PW_ALICE" | base64 -w0)" > "$DC/config.json"
-out=$(DOCKER_CONFIG=$DC pg verify -n DC1 --plain-http "$HPRIV" 2>&1); rc=$?
+out=$(DOCKER_CONFIG=$DC pg verify -n DC1 "${REGF[@]}" "$HPRIV" 2>&1); rc=$?
 check "DC1: verify with no --user takes alice's credential from \$DOCKER_CONFIG/config.json auths" test $rc -eq 0 -a "$(ident DC1)" = "$ID_ALICE" -a -n "$ID_ALICE"
 check "DC1: and prints no secret" not grep -qF "$PW_ALICE" <<<"$out"
 cat > "$WORK/bin/docker-credential-pgtest" <<SH
@@ -321,21 +326,21 @@ SH
 chmod +x "$WORK/bin/docker-credential-pgtest"
 printf '{"credHelpers": {"%s": "pgtest"}}' "$REG_h" > "$DC/config.json"
 check "DC2: credHelpers: the helper gives alice's credential" bash -c \
-  "PATH='$WORK/bin':\$PATH DOCKER_CONFIG='$DC' '$PG_BIN' verify --address '$PG/api.sock' -n DC2 --plain-http '$HPRIV' && [ \"\$('$PG_BIN' grants --address '$PG/api.sock' -n DC2 | awk 'NR > 1 {print \$5; exit}')\" = '$ID_ALICE' ]"
+  "PATH='$WORK/bin':\$PATH DOCKER_CONFIG='$DC' '$PG_BIN' verify --address '$PG/api.sock' -n DC2 ${REGF[*]} '$HPRIV' && [ \"\$('$PG_BIN' grants --address '$PG/api.sock' -n DC2 | awk 'NR > 1 {print \$5; exit}')\" = '$ID_ALICE' ]"
 check "DC2: the helper was asked for the registry's host, as docker asks" grep -qx "get $REG_h" "$WORK/helper.log"
 printf '{"credsStore": "pgtest", "auths": {"%s": {}}}' "$REG_h" > "$DC/config.json"
 check "DC3: credsStore: the same helper for every registry" bash -c \
-  "PATH='$WORK/bin':\$PATH DOCKER_CONFIG='$DC' '$PG_BIN' verify --address '$PG/api.sock' -n DC3 --plain-http '$HPRIV'"
+  "PATH='$WORK/bin':\$PATH DOCKER_CONFIG='$DC' '$PG_BIN' verify --address '$PG/api.sock' -n DC3 ${REGF[*]} '$HPRIV'"
 printf '{"credHelpers": {"%s": "pgtest"}}' "$REG_h" > "$DC/config.json"
-out=$(PATH="$WORK/bin:$PATH" DOCKER_CONFIG=$DC "$PG_BIN" verify --address "$PG/api.sock" -n DC5 --plain-http "$REG_t/private/app:v1" 2>&1); rc=$?
+out=$(PATH="$WORK/bin:$PATH" DOCKER_CONFIG=$DC "$PG_BIN" verify --address "$PG/api.sock" -n DC5 "${REGF[@]}" "$REG_t/private/app:v1" 2>&1); rc=$?
 check "DC5: a helper without a credential for the registry: anonymous, refused by the registry (exit 3: $out)" test $rc -eq 3
 check_no_grants "DC5: no grant" DC5
 printf '{"auths": {"%s": {"auth": "%s"' "$REG_h" "Leaky-Secret-77" > "$DC/config.json"
-out=$(DOCKER_CONFIG=$DC pg verify -n DC6 --plain-http "$HPRIV" 2>&1); rc=$?
+out=$(DOCKER_CONFIG=$DC pg verify -n DC6 "${REGF[@]}" "$HPRIV" 2>&1); rc=$?
 check "DC6: a broken config.json: exit 2, saying which file, quoting none of it ($out)" bash -c \
   "[ $rc -eq 2 ] && grep -qF '$DC/config.json' <<<'$out' && ! grep -qF 'Leaky-Secret-77' <<<'$out'"
 check_no_grants "DC6: no grant" DC6
-out=$(printf '%s\n' "$PW_ALICE" | pg verify -n DC4 --plain-http --user alice --password-stdin "$HPRIV" 2>&1); rc=$?
+out=$(printf '%s\n' "$PW_ALICE" | pg verify -n DC4 "${REGF[@]}" --user alice --password-stdin "$HPRIV" 2>&1); rc=$?
 check "DC4: --user alice --password-stdin" test $rc -eq 0 -a "$(ident DC4)" = "$ID_ALICE"
 
 # Token logins (the token registry): an identity token in config.json (`identitytoken`, beside the
@@ -346,10 +351,10 @@ TOKLOG=$WORK/registry-t/token.log
 refreshes() { grep -c 'user=alice grant=refresh_token' "$TOKLOG"; }
 IT=$(identity_token t alice "$PW_ALICE")
 check "DT: the token server gives alice an identity token (a refresh token)" test -n "$IT"
-check "DT0: pullgate verify --user alice at the token registry (a password identity to compare with)" pg verify -n DT0 --plain-http --user "alice:$PW_ALICE" "$TPRIV"
+check "DT0: pullgate verify --user alice at the token registry (a password identity to compare with)" pg verify -n DT0 "${REGF[@]}" --user "alice:$PW_ALICE" "$TPRIV"
 printf '{"auths": {"%s": {"auth": "%s", "identitytoken": "%s"}}}' "$REG_t" "$(printf '00000000-0000-0000-0000-000000000000:' | base64 -w0)" "$IT" > "$DC/config.json"
 n0=$(refreshes)
-out=$(DOCKER_CONFIG=$DC pg pull -n DT1 --principal pod1 --plain-http "$TPRIV" 2>&1); rc=$?
+out=$(DOCKER_CONFIG=$DC pg pull -n DT1 --principal pod1 "${REGF[@]}" "$TPRIV" 2>&1); rc=$?
 ID_IT=$(ident DT1)
 check "DT1: pullgate pull with config.json's identitytoken ($out)" test $rc -eq 0 -a -n "$ID_IT"
 check "DT1: the token service exchanged it with the refresh-token grant" test "$(refreshes)" -gt "$n0"
@@ -367,36 +372,36 @@ SH
 chmod +x "$WORK/bin/docker-credential-pgtok"
 printf '%s' "$IT" > "$WORK/helper-token"
 printf '{"credHelpers": {"%s": "pgtok"}}' "$REG_t" > "$DC/config.json"
-out=$(PATH="$WORK/bin:$PATH" DOCKER_CONFIG=$DC "$PG_BIN" pull --address "$PG/api.sock" -n DT2 --plain-http "$TPRIV" 2>&1); rc=$?
+out=$(PATH="$WORK/bin:$PATH" DOCKER_CONFIG=$DC "$PG_BIN" pull --address "$PG/api.sock" -n DT2 "${REGF[@]}" "$TPRIV" 2>&1); rc=$?
 check "DT2: pullgate pull with a credential helper answering <token> ($out)" test $rc -eq 0
 check "DT2: the same token is the same identity as DT1's" test "$(ident DT2)" = "$ID_IT"
-out=$(printf '%s\n' "$IT" | pg verify -n DT3 --plain-http --identity-token-stdin "$TPRIV" 2>&1); rc=$?
+out=$(printf '%s\n' "$IT" | pg verify -n DT3 "${REGF[@]}" --identity-token-stdin "$TPRIV" 2>&1); rc=$?
 check "DT3: pullgate verify --identity-token-stdin: the same identity ($out)" test $rc -eq 0 -a "$(ident DT3)" = "$ID_IT"
 IT_REVOKED=$(identity_token t alice "$PW_ALICE"); revoke_token t "$IT_REVOKED"
 n0=$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")
 check_refused_rc 3 "DT4: a revoked identity token on standard input: exit 3, naming the cause, not the token" "refused the identity token: invalid_grant: the refresh token has been revoked" "$IT_REVOKED" \
-  bash -c "printf '%s\n' '$IT_REVOKED' | '$PG_BIN' verify --address '$PG/api.sock' -n DT4 --plain-http --identity-token-stdin '$TPRIV'"
+  bash -c "printf '%s\n' '$IT_REVOKED' | '$PG_BIN' verify --address '$PG/api.sock' -n DT4 ${REGF[*]} --identity-token-stdin '$TPRIV'"
 check "DT4: the token service was asked and refused it" test "$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")" -gt "$n0"
 check_no_grants "DT4: no grant" DT4
 printf '%s' "$IT_REVOKED" > "$WORK/helper-token"
 check_refused_rc 3 "DT5: the same through the credential helper, with pullgate pull" "revoked" "$IT_REVOKED" \
-  env PATH="$WORK/bin:$PATH" DOCKER_CONFIG="$DC" "$PG_BIN" pull --address "$PG/api.sock" -n DT5 --plain-http "$TPRIV"
+  env PATH="$WORK/bin:$PATH" DOCKER_CONFIG="$DC" "$PG_BIN" pull --address "$PG/api.sock" -n DT5 "${REGF[@]}" "$TPRIV"
 check_no_grants "DT5: no grant" DT5
 RT=$(registry_token t alice "$PW_ALICE" private/app)
 n0=$(grep -c . "$TOKLOG")
-out=$(printf '%s\n' "$RT" | pg verify -n DT6 --plain-http --registry-token-stdin "$TPRIV" 2>&1); rc=$?
+out=$(printf '%s\n' "$RT" | pg verify -n DT6 "${REGF[@]}" --registry-token-stdin "$TPRIV" 2>&1); rc=$?
 check "DT6: pullgate verify --registry-token-stdin ($out)" test $rc -eq 0 -a -n "$(ident DT6)"
 check "DT6: the registry token went to the registry as it is (no token request)" test "$(grep -c . "$TOKLOG")" = "$n0"
 check "DT6: a registry token's identity is not the identity token's" test "$(ident DT6)" != "$ID_IT"
 printf '{"auths": {"%s": {"registrytoken": "%s"}}}' "$REG_t" "$RT" > "$DC/config.json"
-out=$(DOCKER_CONFIG=$DC pg verify -n DT7 --plain-http "$TPRIV" 2>&1); rc=$?
+out=$(DOCKER_CONFIG=$DC pg verify -n DT7 "${REGF[@]}" "$TPRIV" 2>&1); rc=$?
 check "DT7: config.json's registrytoken: the same identity as DT6's ($out)" test $rc -eq 0 -a "$(ident DT7)" = "$(ident DT6)"
 check_refused_rc 2 "DT8: --identity-token-stdin with --user is a usage error" "cannot be used with" "" \
-  pg verify -n DT8 --plain-http --identity-token-stdin --user "alice:$PW_ALICE" "$TPRIV"
+  pg verify -n DT8 "${REGF[@]}" --identity-token-stdin --user "alice:$PW_ALICE" "$TPRIV"
 
 # --output json, parsed by a JSON parser: field names and values.
 json_is() { python3 -c "import json,sys; v=json.loads(sys.stdin.read()); sys.exit(0 if ($1) else 1)"; }
-out=$(pg verify -n DC4 -o json --plain-http --user "alice:$PW_ALICE" "$HPRIV")
+out=$(pg verify -n DC4 -o json "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV")
 check "JSON: verify -o json gives manifest, identity, downloaded, extracted, adopted" json_is \
   "v['manifest'].startswith('sha256:') and v['identity'] == '$ID_ALICE' and v['downloaded'] == [] and v['extracted'] == 0 and v['adopted'] == 0" <<<"$out"
 check "JSON: check -o json says allowed" json_is "v == {'allowed': True, 'reason': v['reason']}" <<<"$(pg check -n DC4 -o json "$HPRIV")"
@@ -407,24 +412,24 @@ check "JSON: grants -o json lists DC4's grant with its fields" json_is \
   "len(v) == 1 and v[0]['namespace'] == 'DC4' and v[0]['origin'] == '$ORIGIN_h' and v[0]['identity'] == '$ID_ALICE' and v[0]['verified_at'].endswith('Z') and v[0]['principal'] == ''" <<<"$(pg grants -n DC4 -o json)"
 check "JSON: revoke -o json counts what it removed" json_is "v == {'revoked': 1}" <<<"$(pg revoke -n DC4 -o json)"
 for bad_ns in "a/b" "$(printf 'tab\there')" ""; do
-  check_err "namespace ${bad_ns@Q} is refused" "invalid namespace" pg verify -n "$bad_ns" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+  check_err "namespace ${bad_ns@Q} is refused" "invalid namespace" pg verify -n "$bad_ns" "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
 done
-check_err "a principal with a '..' part is refused" "invalid principal" pg verify -n C6 --principal "../x" --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+check_err "a principal with a '..' part is refused" "invalid principal" pg verify -n C6 --principal "../x" "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
 LONG=$(printf 'p%.0s' {1..20000})
-out=$(pg verify -n C6 --principal "$LONG" --plain-http --user "alice:$PW_ALICE" "$HPRIV" 2>&1); rc=$?
+out=$(pg verify -n C6 --principal "$LONG" "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV" 2>&1); rc=$?
 check "a 20,000-character principal is refused with a short message (${#out} bytes)" bash -c "[ $rc -ne 0 ] && [ ${#out} -lt 400 ] && grep -q 'invalid principal' <<<'$out'"
-out=$(pg pull -n C6 --plain-http "$REG_h/private/$LONG:v1" 2>&1); rc=$?
+out=$(pg pull -n C6 "${REGF[@]}" "$REG_h/private/$LONG:v1" 2>&1); rc=$?
 check "a 20,000-character reference is refused with a short message (${#out} bytes)" bash -c "[ $rc -ne 0 ] && [ ${#out} -lt 400 ] && grep -q 'invalid image reference' <<<'$out'"
 check_refused "a principal label with a control character is refused by the snapshotter" "invalid principal" "$LEAK" \
   run_img A bad1 --snapshotter-label "$PL=$(printf 'a\001b')" "$HPRIV"
 check_err "an unknown digest" "no record of" pg inspect "sha256:$(printf '0%.0s' {1..64})"
 "$PG_BIN" inspect --address "$PG/api.sock" "sha256:$(printf '0%.0s' {1..64})" >/dev/null 2>&1; check "its exit code is 4 (not found)" test $? -eq 4
-check_err "a malformed platform" "invalid platform" pg verify -n C6 --platform linux --plain-http "$HPRIV"
+check_err "a malformed platform" "invalid platform" pg verify -n C6 --platform linux "${REGF[@]}" "$HPRIV"
 check_err "revoke with a malformed reference" "invalid image reference" pg revoke -n C6 "Not/A/Ref"
 check_no_grants "nothing was recorded for C6 (pullgate grants works and lists none)" C6
 
 log "6b. hostile registries: each ends with a clear error in bounded time, records nothing, leaks nothing"
-restart_pullgate $'[registry]\ntimeout = "3s"' || fail "restart pullgate with a 3 s registry timeout"
+restart_pullgate "" 'timeout = "3s"' || fail "restart pullgate with a 3 s registry timeout"
 EVM=$WORK/evil-manifest.json
 EVD=sha256:$(sha256sum "$EVM" | cut -d' ' -f1)
 _launch_hostile() {
@@ -469,14 +474,14 @@ check_no_grants "nothing was recorded for H6 by any of them (pullgate grants wor
 restart_pullgate || fail "restart pullgate with the base config"
 
 log "7. two principals in one namespace; require_principal"
-check "pullgate pull -n P7 --principal pod1" pg pull -n P7 --principal pod1 --plain-http --user "bob:$PW_BOB" "$TPRIV"
+check "pullgate pull -n P7 --principal pod1" pg pull -n P7 --principal pod1 "${REGF[@]}" --user "bob:$PW_BOB" "$TPRIV"
 check_out "pod1 runs it" "$LEAK" run_img P7 r1 --snapshotter-label "$PL=pod1" "$TPRIV"
 check_refused "pod2 is refused" "$DENIED \"P7\" \\(principal \"pod2\"\\)" "$LEAK" run_img P7 r2 --snapshotter-label "$PL=pod2" "$TPRIV"
 check_refused "a run without a principal is refused (no namespace-wide grant)" "$DENIED \"P7\"" "$LEAK" run_img P7 r3 "$TPRIV"
 
 restart_pullgate $'[namespaces."RP"]\nrequire_principal = true' || exit 1
-check "pullgate pull -n RP --principal pod1" pg pull -n RP --principal pod1 --plain-http --user "bob:$PW_BOB" "$TPRIV"
-check "pullgate verify -n RP (namespace-wide)" pg verify -n RP --plain-http --user "bob:$PW_BOB" "$TPRIV"
+check "pullgate pull -n RP --principal pod1" pg pull -n RP --principal pod1 "${REGF[@]}" --user "bob:$PW_BOB" "$TPRIV"
+check "pullgate verify -n RP (namespace-wide)" pg verify -n RP "${REGF[@]}" --user "bob:$PW_BOB" "$TPRIV"
 check_refused "require_principal: a run without the label is refused" "requires a principal" "$LEAK" run_img RP r4 "$TPRIV"
 check_out "require_principal: pod1 runs" "$LEAK" run_img RP r5 --snapshotter-label "$PL=pod1" "$TPRIV"
 check_refused "require_principal: a namespace-wide grant does not admit pod2" "$DENIED \"RP\" \\(principal \"pod2\"\\)" "$LEAK" \
@@ -496,7 +501,7 @@ check_refused "the never-seen image is refused under NeverVerifyAllowlistedImage
 # Near misses only: the same host with another path, another host with the same path, and a
 # prefix of the repository's name as an exact entry. None names an origin that served the layers.
 restart_pullgate "$(printf '[policy]\nverification = "NeverVerifyAllowlistedImages"\nallowlist = ["%s/other/*", "%s/private/*", "%s/private/ap"]' \
-  "$ORIGIN_SCHEME$REG_h" "$ORIGIN_SCHEME$REG_pub" "$ORIGIN_SCHEME$REG_h")" || exit 1
+  "$ORIGIN_SCHEME$REG_h" "http://$REG_pub" "$ORIGIN_SCHEME$REG_h")" || exit 1
 check_refused "an allowlist that names no origin of the image's protected layers does not admit B" "$DENIED \"B\"" "$LEAK" \
   run_img B b8n stolen.example/app:v1
 restart_pullgate $'[policy]\nverification = "NeverVerify"' || exit 1
@@ -533,7 +538,7 @@ restart_pullgate $'[policy]\nreverify_after = "3s"' || exit 1
 verify_then_run() {
   local id=$1 try out
   for try in 1 2; do
-    pg verify -n A --plain-http --user "alice:$PW_ALICE" "$HPRIV" >/dev/null 2>&1 \
+    pg verify -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV" >/dev/null 2>&1 \
       && out=$(run_img A "$id-$try" "$HPRIV" 2>&1) && grep -qF "$LEAK" <<<"$out" && return 0
     echo "    (try $try: verify and run of A did not succeed within reverify_after: $(shown 200 "$out"))"
     ctr_ -n A containers rm "$id-$try" >/dev/null 2>&1
@@ -550,12 +555,12 @@ restart_pullgate "" || exit 1
 # registry's stays (A still runs the image through it: the same layers, served there too).
 check_out "pullgate revoke -n A $HPRIV revokes the htpasswd registry's grant" "revoked 1 grant" pg revoke -n A "$HPRIV"
 check "and only that one: A's grant at $ORIGIN_t stays" bash -c "'$PG_BIN' grants --address '$PG/api.sock' -n A | grep -qF '$ORIGIN_t' && ! '$PG_BIN' grants --address '$PG/api.sock' -n A | grep -qF '$ORIGIN_h'"
-check "verify restores it" pg verify -n A --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+check "verify restores it" pg verify -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
 check_out "pullgate revoke -n A" "revoked" pg revoke -n A
 check_refused "after revoke, A is refused" "$DENIED \"A\"" "$LEAK" run_img A a7 "$HPRIV"
 check_refused "after revoke, a view of A's top chain (ctr snapshots view) is refused too" "$DENIED \"A\"" "" \
   ctr_ -n A snapshots --snapshotter pullgate view view-a7 "${CH[4]}"
-check "verify restores access" pg verify -n A --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+check "verify restores access" pg verify -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
 check_out "A runs" "$LEAK" run_img A a8 "$HPRIV"
 check "and the view of the top chain is allowed again" ctr_ -n A snapshots --snapshotter pullgate view view-a8 "${CH[4]}"
 ctr_ -n A snapshots --snapshotter pullgate rm view-a8 >/dev/null 2>&1
@@ -572,7 +577,7 @@ check_out "pullgate revoke -n A (after the create)" "revoked" pg revoke -n A
 check_refused "then its task start is refused by the gate at Mounts and shows nothing of the image" "$DENIED \"A\"" "$LEAK" \
   ctr_ -n A tasks start a10
 ctr_ -n A tasks rm -f a10 >/dev/null 2>&1; ctr_ -n A containers rm a10 >/dev/null 2>&1
-check "verify restores access after the Mounts check" pg verify -n A --plain-http --user "alice:$PW_ALICE" "$HPRIV"
+check "verify restores access after the Mounts check" pg verify -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
 
 log "11. a base layer shared with a public image stays usable while the private layers are gated"
 check_out "B (no grant) runs the public image that shares the private image's base layers" "public base image" \
@@ -581,22 +586,22 @@ check_refused "while the private image stays refused for B" "$DENIED \"B\"" "$LE
 
 log "12. probe_anonymous: a layer readable anonymously where it was fetched becomes public; others stay protected"
 check "probing off (the default): pullgate pull -n PR1 --user alice of $PROBED (anonymous clients may read that repository)" \
-  pg pull -n PR1 --plain-http --user "alice:$PW_ALICE" "$PROBED"
+  pg pull -n PR1 "${REGF[@]}" --user "alice:$PW_ALICE" "$PROBED"
 check "its own layers stay protected: fetched with a credential, nobody asked anonymously" layers_marked "$PROBED" protected 3 4
 restart_pullgate $'[policy]\nprobe_anonymous = true' || exit 1
 : > "$WORK/registry-t/token.log"
-check "probing on: pullgate pull -n PR2 --user alice of $UNPROBED (a private repository)" pg pull -n PR2 --plain-http --user "alice:$PW_ALICE" "$UNPROBED"
+check "probing on: pullgate pull -n PR2 --user alice of $UNPROBED (a private repository)" pg pull -n PR2 "${REGF[@]}" --user "alice:$PW_ALICE" "$UNPROBED"
 check "pullgate asked anonymously, and the token server gave an anonymous client no access to private/unprobed" \
   grep -qE '^GET /token user=- scopes=repository:private/unprobed:pull granted=\[\]' "$WORK/registry-t/token.log"
 check "negative: its own layers stay protected" layers_marked "$UNPROBED" protected 3 4
 check_refused "PR3 (no grant, alice's password given to plain ctr) cannot unpack it" "$DENIED \"PR3\"" "unprobed app" \
-  ctr_ -n PR3 images pull --plain-http --user "alice:$PW_ALICE" --snapshotter pullgate "$UNPROBED"
+  ctr_ -n PR3 images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$UNPROBED"
 settle_gc PR3
-check "probing on: pullgate pull -n PR4 --user alice of $PROBED" pg pull -n PR4 --plain-http --user "alice:$PW_ALICE" "$PROBED"
+check "probing on: pullgate pull -n PR4 --user alice of $PROBED" pg pull -n PR4 "${REGF[@]}" --user "alice:$PW_ALICE" "$PROBED"
 check "pullgate asked anonymously, and the token server let an anonymous client read public/probed" \
   grep -qE '^GET /token user=- scopes=repository:public/probed:pull granted=\[\{' "$WORK/registry-t/token.log"
 check "positive: its own layers are now public" layers_marked "$PROBED" public 3 4
-check "PR5 pulls it anonymously with plain ctr" ctr_ -n PR5 images pull --plain-http --snapshotter pullgate "$PROBED"
+check "PR5 pulls it anonymously with plain ctr" ctr_ -n PR5 images pull "${CTRF[@]}" --snapshotter pullgate "$PROBED"
 check_out "and runs it without any grant" "probed app" run_img PR5 pr5 "$PROBED"
 check_no_grants "PR5 holds no grant" PR5
 restart_pullgate "" || exit 1
@@ -614,7 +619,7 @@ check "(precondition) no namespace holds the top layer's blob any more ($held)" 
 ctr_ -n LOSTP content ingest --expected-digest "$LOST" "adopt-lost" <"$WORK/empty" >/dev/null 2>&1
 check_err "(precondition) and containerd no longer has it to adopt (an ingest by digest in LOSTP adopts nothing)" "not found" ctr_ -n LOSTP content get "$LOST"
 mark=$(wc -l < "$WORK/registry-t/log")
-out=$(pg pull -n LOSTL --plain-http --user "alice:$PW_ALICE" "$UNPROBED" 2>&1); rc=$?
+out=$(pg pull -n LOSTL "${REGF[@]}" --user "alice:$PW_ALICE" "$UNPROBED" 2>&1); rc=$?
 check "LOSTL's pullgate pull succeeds (rc=$rc: $(tail -n 1 <<<"$out"))" test $rc -eq 0
 check "it downloaded that one blob and adopted every chain ($(grep -o '[0-9]* blob(s) downloaded.*' <<<"$out"))" \
   grep -qE "^identity [^,]*, 1 blob\(s\) downloaded, 0 copied from the node, 0 layer\(s\) extracted, [1-9][0-9]* adopted" <<<"$out"
@@ -625,7 +630,7 @@ check_out "LOSTL runs the image" "unprobed app" run_img LOSTL lostl1 "$UNPROBED"
 
 log "concurrency: pulls, verifies, runs and revokes racing in the same 8 namespaces (32 at once)"
 prep=""
-for k in 0 1 2 3 4 5 6 7; do pg pull -n "K$k" --plain-http --user "bob:$PW_BOB" "$TPRIV" >/dev/null 2>&1 || prep+=" K$k"; done
+for k in 0 1 2 3 4 5 6 7; do pg pull -n "K$k" "${REGF[@]}" --user "bob:$PW_BOB" "$TPRIV" >/dev/null 2>&1 || prep+=" K$k"; done
 check "K0..K7 each pulled the private image first: each race starts from a grant and an unpacked chain (failed:${prep:- none})" test -z "$prep"
 OPS=(pull verify run revoke)
 cpid=()
@@ -638,8 +643,8 @@ for i in $(shuf -i 0-31); do
     sleep "$delay"
     t0=$(date +%s.%N)
     case ${OPS[$((i / 8))]} in
-      pull) pg pull -n "$ns" --plain-http --user "bob:$PW_BOB" "$TPRIV" ;;
-      verify) pg verify -n "$ns" --plain-http --user "bob:$PW_BOB" "$TPRIV" ;;
+      pull) pg pull -n "$ns" "${REGF[@]}" --user "bob:$PW_BOB" "$TPRIV" ;;
+      verify) pg verify -n "$ns" "${REGF[@]}" --user "bob:$PW_BOB" "$TPRIV" ;;
       run) run_img "$ns" "k$i" "$TPRIV" ;;
       revoke) pg revoke -n "$ns" ;;
     esac
@@ -705,7 +710,7 @@ done
 check "right after the race, every namespace's grants, check and ctr run agree:$seen" test "$agree" -eq 1
 # Then both outcomes for certain: K0-K3 revoked, K4-K7 verified.
 for k in 0 1 2 3; do pg revoke -n "K$k" >/dev/null 2>&1 || fail "revoke K$k"; done
-for k in 4 5 6 7; do pg verify -n "K$k" --plain-http --user "bob:$PW_BOB" "$TPRIV" >/dev/null 2>&1 || fail "verify K$k"; done
+for k in 4 5 6 7; do pg verify -n "K$k" "${REGF[@]}" --user "bob:$PW_BOB" "$TPRIV" >/dev/null 2>&1 || fail "verify K$k"; done
 agree=1; seen=""
 for k in 0 1 2 3 4 5 6 7; do
   want=denied; [ "$k" -ge 4 ] && want=allowed
@@ -738,9 +743,9 @@ check "the API socket is 0600" test "$(stat -c %a "$PG/api.sock")" = 600
 check "the identity key is 0600" test "$(stat -c %a "$PG/root/identity.key")" = 600
 
 log "a ledger record that cannot be read when an extract is decided: the gate denies"
-check "E0 verifies" pg verify -n E0 --plain-http --user "alice:$PW_ALICE" "$HPRIV"
-check "E1 verifies" pg verify -n E1 --plain-http --user "alice:$PW_ALICE" "$HPRIV"
-check "control: E0, with its grant, unpacks the image with plain ctr" ctr_ -n E0 images pull --plain-http --user "alice:$PW_ALICE" --snapshotter pullgate "$HPRIV"
+check "E0 verifies" pg verify -n E0 "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
+check "E1 verifies" pg verify -n E1 "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
+check "control: E0, with its grant, unpacks the image with plain ctr" ctr_ -n E0 images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$HPRIV"
 check_out "and runs it" "$LEAK" run_img E0 e0 "$HPRIV"
 kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
 # The ledger's record of the chain of layer 3 (parent chain, diffID; postcard behind a format
@@ -765,7 +770,7 @@ check "the chain record of layer 3 was found in the database and damaged ($nrec 
 start_pullgate "$PG" || exit 1
 wait_backend
 check_refused "E1, holding a grant, cannot unpack layer 3: the ledger cannot be read, so the extract is denied" "ledger cannot be read" "$LEAK" \
-  ctr_ -n E1 images pull --plain-http --user "alice:$PW_ALICE" --snapshotter pullgate "$HPRIV"
+  ctr_ -n E1 images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$HPRIV"
 check_err "E1 holds no snapshot of that chain" "not found" ctr_ -n E1 snapshots --snapshotter pullgate info "${CH[3]}"
 
 log "a metadata database that cannot be opened: pullgate refuses to start, so nothing unpacks or runs"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end: confidentiality without re-downloads, on a real containerd of the given version
 # configured from plugin/ (content_sharing_policy = "isolated", pullgate the only snapshotter),
-# a token-auth registry (alice, bob and carol may read private/*) and an attacker's registry.
+# a token-auth registry over TLS (alice, bob and carol may read private/*; its certificate from
+# this run's CA, use_tls_registries: what pullgate verified spares downloads) and an attacker's
+# registry.
 #   1. tenant A pulls a private image with pullgate and runs it;
 #   2. tenant B, without a grant, cannot read A's blobs by any digest trick: `content get`, an
 #      empty ingest with the expected digest, an attacker's manifest naming A's blobs pulled by

@@ -68,6 +68,9 @@ cat > "$WORK/acl.json" <<JSON
 {"users": {"node": "$PW_NODE", "alice": "$PW_ALICE", "carol": "$PW_CAROL", "admin": "$PW_ADMIN"},
  "access": {"node": ["private/*"], "alice": ["private/*"], "carol": ["private/*"], "admin": ["*"]}, "push": ["admin"]}
 JSON
+# The private images' registry serves TLS (use_tls_registries): one manifest round-trip (2b) is
+# what pullgate promises at an endpoint it verified.
+use_tls_registries || exit 1
 start_token_registry t "$WORK/acl.json" || exit 1
 PAUSE=$REG_pub/k8s/pause:v1
 PRIV=$REG_t/private/app:v1

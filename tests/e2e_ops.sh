@@ -11,6 +11,9 @@ PW=alice-Ops-Secret-5t9w
 
 log "containerd $V (operations): setup"
 python3 "$REPO/tests/mkimage.py" "$WORK/priv" --tag v1 --message "private ops app" --extra-layers 2 --layer-mb 3 --seed 61 >/dev/null
+# The registry serves TLS (use_tls_registries): a second namespace's pull copies every blob from
+# the node only where pullgate verified the endpoint.
+use_tls_registries || exit 1
 start_registry h htpasswd alice "$PW" || exit 1
 IMG=$REG_h/private/app:v1
 python3 "$REPO/tests/mkimage.py" "$WORK/big" --tag v1 --message "big ops app" --extra-layers 2 --layer-mb 8 --seed 67 >/dev/null
@@ -19,8 +22,8 @@ push_image "$WORK/priv" v1 "$IMG" "alice:$PW" && push_image "$WORK/big" v1 "$BIG
 PG=$WORK/pullgate
 pullgate_config "$PG"
 MPORT=$(free_port)
+sed -i '/^\[daemon\]/a log_format = "json"' "$PG/config.toml"
 cat >> "$PG/config.toml" <<TOML
-log_format = "json"
 
 [metrics]
 address = "127.0.0.1:$MPORT"
@@ -40,7 +43,7 @@ check_out "GET /metrics answers with build info" "pullgate_build_info{version=\"
 check_out "its content type is OpenMetrics text" "application/openmetrics-text" curl -sfI "http://127.0.0.1:$MPORT/metrics"
 check "another path is 404" test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/")" = 404
 check "before any pull, nothing was downloaded" test "$(metric 'pullgate_blob_bytes_total{source="downloaded"}')" = 0
-check "pullgate pull -n A --user alice" pg pull -n A --plain-http --user "alice:$PW" "$IMG"
+check "pullgate pull -n A --user alice" pg pull -n A "${REGF[@]}" --user "alice:$PW" "$IMG"
 dl=$(metric 'pullgate_blob_bytes_total{source="downloaded"}')
 check "downloaded bytes grew past the image's 7 MB of layers ($dl)" test "${dl%.*}" -gt 7000000
 check "the pull is one observation of the pull histogram, result ok" test "$(metric 'pullgate_operation_duration_seconds_count{op="pull",result="ok"}')" = 1
@@ -61,14 +64,14 @@ check_refused "B's ctr run is refused by the gate" "pullgate denied namespace \"
 settle_gc B
 d1=$(metric "$DENY")
 check "the deny counter (prepare, no_grant) went up by one ($d0 -> $d1)" test "$d1" = $((d0 + 1))
-check "pullgate verify -n B --user alice" pg verify -n B --plain-http --user "alice:$PW" "$IMG"
+check "pullgate verify -n B --user alice" pg verify -n B "${REGF[@]}" --user "alice:$PW" "$IMG"
 check "the verify is one observation of the verify histogram, result ok" test "$(metric 'pullgate_operation_duration_seconds_count{op="verify",result="ok"}')" = 1
 check "two grants" test "$(metric pullgate_grants)" = 2
 check_out "B runs it now" "private ops app" ctr_ -n B run --rm --snapshotter pullgate "$IMG" b2
 check "the run's Mounts was allowed" test "$(metric 'pullgate_gate_decisions_total{verb="mounts",result="allow",reason="none"}')" -ge 1
 check "B's unpack adopted A's chains: no new bytes downloaded" test "$(metric 'pullgate_blob_bytes_total{source="downloaded"}')" = "$dl"
 check "a verify with a wrong password: result unauthenticated" bash -c \
-  "! '$PG_BIN' verify --address '$PG/api.sock' -n C --plain-http --user alice:wrong '$IMG' >/dev/null 2>&1"
+  "! '$PG_BIN' verify --address '$PG/api.sock' -n C ${REGF[*]} --user alice:wrong '$IMG' >/dev/null 2>&1"
 check "counted as verify, result unauthenticated" test "$(metric 'pullgate_operation_duration_seconds_count{op="verify",result="unauthenticated"}')" = 1
 scrape > "$WORK/scrape.txt"
 check "no secret, user or image name in the scrape" bash -c "! grep -qE -- '$PW|alice|private/app|wrong' '$WORK/scrape.txt'"
@@ -92,8 +95,8 @@ out=$(pg inspect -o json "$IMG"); printf "%s\n" "$out" > "$WORK/inspect.json"
 check "inspect -o json of the reference: one manifest with its name, origin, config and its 6 layers, protected, served by the origin" json_is "
 len(v['manifests']) == 1 and v['layer'] is None and v['blob'] is None
 and (m := v['manifests'][0])['digest'].startswith('sha256:')
-and m['names'] == [{'name': '$IMG', 'origin': 'http://$REG_h/private/app'}] and m['origins'] == ['http://$REG_h/private/app']
-and m['config']['digest'].startswith('sha256:') and m['config']['served_by'][0]['origin'] == 'http://$REG_h/private/app'
+and m['names'] == [{'name': '$IMG', 'origin': '$REG_h/private/app'}] and m['origins'] == ['$REG_h/private/app']
+and m['config']['digest'].startswith('sha256:') and m['config']['served_by'][0]['origin'] == '$REG_h/private/app'
 and len(m['layers']) == 6 and all(l['public'] is False and l['diff_id'].startswith('sha256:') and l['blob'].startswith('sha256:')
   and l['served_by'][0]['identities'][0].startswith('id:') for l in m['layers'])" <<<"$out"
 check "and its grants, A's and B's, with the fields of grants -o json" json_is "
@@ -107,17 +110,17 @@ check_out "the text form is unchanged: layer lines" "  layer 2: sha256:" pg insp
 pg inspect -o json "$REG_h/private/none:v1" >/dev/null 2>&1; check "inspect -o json of something unknown: exit 4" test $? -eq 4
 
 log "4. --user USER asks for the password on a terminal"
-out=$(python3 "$REPO/tests/ptyrun.py" --answer "Password:" "$PW" -- "$PG_BIN" verify --address "$PG/api.sock" -n P --plain-http --user alice "$IMG" 2>&1); rc=$?
+out=$(python3 "$REPO/tests/ptyrun.py" --answer "Password:" "$PW" -- "$PG_BIN" verify --address "$PG/api.sock" -n P "${REGF[@]}" --user alice "$IMG" 2>&1); rc=$?
 prompted_ok() { [ "$1" -eq 0 ] && grep -q 'Password:' <<<"$2" && tr -d '\r' <<<"$2" | grep '^sha256:' >/dev/null; }
 check "verify --user alice on a terminal prompts, takes the typed password and succeeds (rc=$rc)" prompted_ok "$rc" "$out"
 check "the typed password is not echoed" not grep -qF "$PW" <<<"$out"
 check "P holds the grant" test "$(grant_count P)" = 1
-out=$(python3 "$REPO/tests/ptyrun.py" --answer "Password:" "not-$PW" -- "$PG_BIN" verify --address "$PG/api.sock" -n P2 --plain-http --user alice "$IMG" 2>&1); rc=$?
+out=$(python3 "$REPO/tests/ptyrun.py" --answer "Password:" "not-$PW" -- "$PG_BIN" verify --address "$PG/api.sock" -n P2 "${REGF[@]}" --user alice "$IMG" 2>&1); rc=$?
 check "a wrong typed password: refused by the registry, exit 3 (rc=$rc)" test $rc -eq 3
 
 log "5. pull shows per-blob progress on a terminal, and nothing else when not on one"
 ptyrun() { python3 "$REPO/tests/ptyrun.py" "$@"; }
-ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q1 --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress1.raw" 2>&1; rc=$?
+ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q1 "${REGF[@]}" --user "alice:$PW" "$BIG" > "$WORK/progress1.raw" 2>&1; rc=$?
 tr -d '\r' < "$WORK/progress1.raw" | sed 's/\x1b\[[0-9]*[A-Z]//g' > "$WORK/progress1.txt"
 NBIG=$(python3 -c "import json,sys; print(len(json.loads(sys.argv[1])['manifests'][0]['layers']))" "$(pg inspect -o json "$BIG")")
 check "pull on a terminal succeeds (rc=$rc)" test $rc -eq 0
@@ -132,19 +135,19 @@ check "the last frame lists the config and the $NBIG layers, each done or copied
 check "its two 8 MiB layers were downloaded, and show their size" test "$(grep -cE '^sha256:[0-9a-f]{12}: done +\|\+{40}\| 8\.0 MiB/8\.0 MiB$' <<<"$last")" -eq 2
 check "an elapsed/downloaded line" grep -qE '^elapsed: [0-9.]+ s +downloaded: [0-9.]+ MiB' "$WORK/progress1.txt"
 check "then the manifest digest and the summary, as without progress" bash -c "grep -qE '^sha256:[0-9a-f]{64}\$' '$WORK/progress1.txt' && grep -q 'blob(s) downloaded' '$WORK/progress1.txt'"
-ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q2 --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress2.raw" 2>&1
+ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q2 "${REGF[@]}" --user "alice:$PW" "$BIG" > "$WORK/progress2.raw" 2>&1
 tr -d '\r' < "$WORK/progress2.raw" | sed 's/\x1b\[[0-9]*[A-Z]//g' > "$WORK/progress2.txt"
 check "a second namespace's pull: every blob copied from the node, nothing downloading" bash -c "
   [ \$(grep -E '^sha256:[0-9a-f]{12}: ' '$WORK/progress2.txt' | tail -n $((NBIG + 1)) | grep -cE ': copied ') -eq $((NBIG + 1)) ] && ! grep -q ': done ' '$WORK/progress2.txt'"
-ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q3 -q --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress3.raw" 2>&1; rc=$?
+ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q3 -q "${REGF[@]}" --user "alice:$PW" "$BIG" > "$WORK/progress3.raw" 2>&1; rc=$?
 check "pull -q on a terminal: no progress, the digest (rc=$rc)" bash -c "[ $rc -eq 0 ] && ! grep -qE '\|\+|elapsed:|\x1b\[' '$WORK/progress3.raw' && grep -qE '^sha256:[0-9a-f]{64}' '$WORK/progress3.raw'"
-ptyrun --stdout-file "$WORK/progress4.out" -- "$PG_BIN" pull --address "$PG/api.sock" -n Q4 --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress4.tty" 2>&1; rc=$?
+ptyrun --stdout-file "$WORK/progress4.out" -- "$PG_BIN" pull --address "$PG/api.sock" -n Q4 "${REGF[@]}" --user "alice:$PW" "$BIG" > "$WORK/progress4.tty" 2>&1; rc=$?
 check "pull > file from a terminal: the file holds the digest alone, the terminal the summary (rc=$rc)" bash -c \
   "[ $rc -eq 0 ] && grep -qxE 'sha256:[0-9a-f]{64}' '$WORK/progress4.out' && [ \$(wc -l < '$WORK/progress4.out') -eq 1 ] && ! grep -qE '\|\+|elapsed:' '$WORK/progress4.tty'"
-pg pull -n Q5 --plain-http --user "alice:$PW" "$BIG" > "$WORK/progress5.out" 2> "$WORK/progress5.err"; rc=$?
+pg pull -n Q5 "${REGF[@]}" --user "alice:$PW" "$BIG" > "$WORK/progress5.out" 2> "$WORK/progress5.err"; rc=$?
 check "pull with no terminal at all: stdout is the digest alone, stderr the one summary line (rc=$rc)" bash -c \
   "[ $rc -eq 0 ] && grep -qxE 'sha256:[0-9a-f]{64}' '$WORK/progress5.out' && [ \$(wc -l < '$WORK/progress5.out') -eq 1 ] && [ \$(wc -l < '$WORK/progress5.err') -eq 1 ] && grep -q 'blob(s) downloaded' '$WORK/progress5.err'"
-out=$(ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q6 --plain-http --user "alice:wrong" "$BIG" 2>&1); rc=$?
+out=$(ptyrun -- "$PG_BIN" pull --address "$PG/api.sock" -n Q6 "${REGF[@]}" --user "alice:wrong" "$BIG" 2>&1); rc=$?
 check "a refused pull on a terminal: the error and exit 3, as without progress (rc=$rc)" bash -c "[ $rc -eq 3 ] && grep -q 'rejected the credentials' <<<'$out'"
 # A client that goes away mid-pull: the daemon drops the pull (its registry connection) as it
 # does a unary call's, rather than pulling on for nobody. The registry trickles the manifest.

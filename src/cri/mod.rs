@@ -118,9 +118,18 @@ pub struct Front {
     snap: Arc<Snapshotter>,
     principal: CriPrincipal,
     platform: String,
+    /// Pinned references (`repo@digest`) whose anonymous verify failed lately, and when: not
+    /// asked again for [`PUBLIC_RETRY`] (a pod refused again and again costs the registry one
+    /// anonymous request per reference and minute).
+    not_public: std::sync::Mutex<HashMap<String, std::time::Instant>>,
 }
 
 use crate::registry::host_platform;
+
+/// How long an anonymous verify that failed is not tried again for the same pinned reference.
+const PUBLIC_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+/// At most this many of an image's names are asked whether the image is public there.
+const PUBLIC_NAMES: usize = 4;
 
 /// The principal of a pod: its Kubernetes namespace, or `<namespace>/<pod name>`.
 fn principal_of(mode: CriPrincipal, meta: Option<&cri::PodSandboxMetadata>) -> Result<String, Status> {
@@ -177,6 +186,7 @@ impl Front {
             snap,
             principal,
             platform: host_platform(),
+            not_public: Default::default(),
         }
     }
 
@@ -377,18 +387,92 @@ impl Front {
 
     /// The decision for one image of a container (its rootfs or an image volume): the layer
     /// chain containerd will prepare the snapshot on, or the refusal.
+    /// An image the pod holds no grant for is admitted when it is public at its own origin: one
+    /// of its names (pinned to the manifest its record points at) verifies there without a
+    /// credential ([`Front::public_at_own_origin`]). A private repository that serves the same
+    /// bytes under another name (kubelet's KEP-2535 falls into this) then takes nothing from
+    /// the pods running the public image, whichever was on the node first.
     async fn decide(&self, spec: cri::ImageSpec, principal: &str, pod_name: &str) -> Result<String, Status> {
         let shown = if spec.user_specified_image.is_empty() { spec.image.clone() } else { spec.user_specified_image.clone() };
-        let diff_ids = self.claimed_layers(spec, &shown).await?;
-        let snap = self.snap.clone();
-        let p = principal.to_string();
-        let decided = tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &diff_ids))
-            .await
-            .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))?;
+        let (diff_ids, names) = self.claimed_layers(spec, &shown).await?;
+        let mut decided = self.decide_blocking(principal, &diff_ids).await?;
+        let mut public_at = None;
+        if let Err(SnapshotterError::Gate(crate::gate::GateError::Denied(d))) = &decided {
+            use crate::gate::DenyReason::*;
+            if matches!(d.kind, NoGrant | StaleGrant | UnknownLayer) {
+                if let Some(name) = self.public_at_own_origin(&names, principal, pod_name).await {
+                    decided = self.decide_blocking(principal, &diff_ids).await?;
+                    public_at = Some(name);
+                }
+            }
+        }
         crate::metrics::record_gate(crate::metrics::Verb::create_container, crate::snapshotter::gated(&decided));
         let chain = decided.map_err(|e| refusal(e, pod_name, &shown, principal))?;
-        tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted");
+        match public_at {
+            Some(name) => tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, public_at = %name,
+                "CRI CreateContainer admitted: the image is public at its own origin (it verified there without a credential)"),
+            None => tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted"),
+        }
         Ok(chain)
+    }
+
+    /// The gate's decision for `principal`'s container on the chain of `diff_ids`.
+    async fn decide_blocking(&self, principal: &str, diff_ids: &[String]) -> Result<Result<String, SnapshotterError>, Status> {
+        let (snap, p, ids) = (self.snap.clone(), principal.to_string(), diff_ids.to_vec());
+        tokio::task::spawn_blocking(move || snap.decide_container(CRI_NAMESPACE, &p, &ids))
+            .await
+            .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))
+    }
+
+    /// Whether the image is public at its own origin, established by pullgate itself: an
+    /// anonymous verify, for `principal`, of one of the image record's names pinned to the
+    /// manifest that name points at (`names`: name, target digest). The names are the record's
+    /// claims and only say where to ask; what counts is the registry's answer there without a
+    /// credential, and the blobs served there (downloaded and hashed wherever that endpoint is
+    /// not one pullgate verified, and anonymously downloaded bytes are what makes a layer
+    /// public). The verify records its grant like any other. The first name that verifies is
+    /// returned; a failure is logged and not asked again for a minute.
+    async fn public_at_own_origin(&self, names: &[(String, String)], principal: &str, pod_name: &str) -> Option<String> {
+        let mut asked = std::collections::HashSet::new();
+        for (name, target) in names {
+            let Ok(r) = Reference::parse(name) else { continue };
+            let pinned = format!("{}@{target}", r.origin());
+            if asked.len() >= PUBLIC_NAMES || !asked.insert(pinned.clone()) {
+                continue;
+            }
+            {
+                let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
+                not_public.retain(|_, at| at.elapsed() < PUBLIC_RETRY);
+                if not_public.contains_key(&pinned) {
+                    continue;
+                }
+            }
+            let Ok(reference) = Reference::parse(&pinned) else { continue };
+            let req = pull::Request {
+                reference,
+                namespace: CRI_NAMESPACE.to_string(),
+                principal: principal.to_string(),
+                cred: None,
+                plain_http: false,
+                server: None,
+                platform: self.platform.clone(),
+                image_labels: HashMap::new(),
+                extra_names: vec![],
+                for_pods: true,
+                progress: None,
+            };
+            match self.puller.verify(&req).await {
+                Ok(_) => return Some(name.clone()),
+                Err(e) => {
+                    tracing::info!(pod = %pod_name, principal = %principal, name = %pinned, error = %e, "the image is not public at this name's origin (an anonymous verify failed)");
+                    let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
+                    if not_public.len() < 10_000 {
+                        not_public.insert(pinned, std::time::Instant::now());
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// Whether pod `sandbox` holds an image volume on `chain` prepared under an admission for
@@ -407,7 +491,8 @@ impl Front {
     /// Refused: an image CRI does not find (containerd 2.x takes a path to a checkpoint archive
     /// for one), and a checkpoint image (containerd 2.x restores it onto another image, which it
     /// pulls itself): pullgate could not decide what the container would run.
-    async fn claimed_layers(&self, spec: cri::ImageSpec, shown: &str) -> Result<Vec<String>, Status> {
+    /// Also the record's names (tags and repo digests) with the digest each points at.
+    async fn claimed_layers(&self, spec: cri::ImageSpec, shown: &str) -> Result<(Vec<String>, Vec<(String, String)>), Status> {
         // containerd 2.1 looks for a file of that name before it looks for an image: a
         // checkpoint archive to restore from (relative paths from its working directory, "/"
         // as a service; pullgate's own too, to be sure), whatever image the name also is.
@@ -431,8 +516,12 @@ impl Front {
         // then: every name must still be this image (CRI's list of names can lag behind a name
         // re-pointed meanwhile), and none a checkpoint image.
         let mut seen = std::collections::HashSet::new();
+        let mut names = Vec::new();
         for name in image.repo_tags.iter().chain(&image.repo_digests).chain(std::iter::once(&image.id)) {
             let Some(t) = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))? else { continue };
+            if *name != image.id {
+                names.push((name.clone(), t.digest.clone()));
+            }
             // The names of one image mostly share their target: each is read and checked once.
             if !seen.insert(t.digest.clone()) {
                 continue;
@@ -449,7 +538,7 @@ impl Front {
         }
         let bytes = read(&image.id).await?;
         let config = crate::document::config(&bytes).map_err(|e| Status::failed_precondition(format!("pullgate: image config {}: {e}", image.id)))?;
-        Ok(config.rootfs().diff_ids().to_vec())
+        Ok((config.rootfs().diff_ids().to_vec(), names))
     }
 
     /// The configs an image record's target (`bytes`, of media type `media_type`) gives this
