@@ -53,7 +53,7 @@ impl fmt::Debug for Credential {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Exhaustive matching: a new form must be considered here before it can be printed.
         match self {
-            Credential::Password { user, secret: _ } => f.debug_struct("Password").field("user", user).field("secret", &"<redacted>").finish(),
+            Credential::Password { user, secret: _ } => f.debug_struct("Password").field("user", &shown_user(user)).field("secret", &"<redacted>").finish(),
             Credential::IdentityToken(_) => f.write_str("IdentityToken(<redacted>)"),
             Credential::RegistryToken(_) => f.write_str("RegistryToken(<redacted>)"),
         }
@@ -65,7 +65,7 @@ impl Credential {
     /// "alice"`, `the identity token`, `the registry token`.
     pub fn describe(&self) -> String {
         match self {
-            Credential::Password { user, .. } => format!("the credentials of user {user:?}"),
+            Credential::Password { user, .. } => format!("the credentials of user {:?}", shown_user(user)),
             Credential::IdentityToken(_) => "the identity token".into(),
             Credential::RegistryToken(_) => "the registry token".into(),
         }
@@ -195,9 +195,26 @@ pub fn short(identity: &str) -> String {
     }
 }
 
+/// A user name as messages and logs show it: up to its first colon. A pull secret written as
+/// `"username": "alice:PASSWORD"` (the password misplaced) would otherwise show the password.
+fn shown_user(user: &str) -> String {
+    match user.split_once(':') {
+        Some((name, _)) => format!("{name}:..."),
+        None => user.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_name_is_shown_up_to_its_first_colon() {
+        let c = Credential::Password { user: "alice:Secret-Pw-1".into(), secret: Secret(String::new()) };
+        assert_eq!(c.describe(), "the credentials of user \"alice:...\"");
+        assert!(!format!("{c:?}").contains("Secret-Pw-1"));
+        assert_eq!(Credential::parse("alice:pw").unwrap().describe(), "the credentials of user \"alice\"");
+    }
 
     #[test]
     fn identities_are_keyed_and_distinct() {

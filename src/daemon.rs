@@ -179,6 +179,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         public_namespace: Some(cfg.daemon.public_namespace.clone()).filter(|n| !n.is_empty()),
         public_checked: Default::default(),
         holders: Default::default(),
+        not_public: Default::default(),
     });
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(tx));
@@ -191,7 +192,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
     let (cri_puller, snap_cri, rx_cri) = (puller.clone(), snap.clone(), rx.clone());
     let (metrics_snap, rx_metrics) = (snap.clone(), rx.clone());
     let snapshots = tonic::transport::Server::builder()
-        .add_service(service::server(snap))
+        .add_service(service::server(snap, Some(puller.clone())))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), stopped(rx.clone()));
     let api = tonic::transport::Server::builder()
         .add_service(crate::api::server(crate::api::Api { puller, gate }))

@@ -22,7 +22,8 @@
 #   8. public images need no secret;
 #   9. pullgate killed (SIGKILL) between PullImage and CreateContainer;
 #  10. pods stop and go;
-#  11. with `[cri] principal = "pod"`, each pod pulls for itself;
+#  11. with `[cri] principal = "pod"`, each pod pulls for itself, and its grants go with its
+#      last sandbox;
 #  12. documents that containerd and pullgate would read differently are refused;
 #  13. a PullImage naming no pod is the node's: no pod runs the image on it, even with
 #      require_principal turned off;
@@ -646,6 +647,11 @@ check_out "11: web-1 runs the image" "$PRIVMSG" run_in front web-1 team-p "$SID_
 check_refused "11: web-2, in the same namespace but without its own pull, is refused" "$REFUSED team-p/web-2 \(principal \"team-p/web-2\"\)" "$PRIVMSG" \
   run_in front web-2 team-p "$SID_P2" p2 "$PRIV"
 for s in "$SID_P1" "$SID_P2"; do front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; done
+# A pod principal's grants go with its last sandbox (the documented pruning rule).
+gl=$(pg grants -n k8s.io 2>&1); rc=$?
+check "11: pullgate grants -n k8s.io works after the pods are removed (rc=$rc)" test $rc -eq 0 -a "$(head -1 <<<"$gl" | awk '{print $1}')" = NAMESPACE
+check "11: and team-p/web-1's grant was pruned with its last sandbox" not grep -q "team-p/web-1" <<<"$gl"
+check_has "11: pullgate's log says so" "pruned the grants of a pod whose last sandbox was removed" grep "team-p/web-1" "$PG/log"
 log "13b. require_principal turned off for k8s.io: the node's pull still lets no pod run the image"
 printf '\n[namespaces."k8s.io"]\nrequire_principal = false\n' >> "$PG/config.toml"
 kill "$PG_PID"; wait "$PG_PID" 2>/dev/null

@@ -22,6 +22,10 @@ mk "$WORK/pre" --tag v1 --message "preloaded app" --extra-layers 1 --layer-mb 0.
 # in a private repository; each with protected layers of its own.
 mk "$WORK/probed" --tag v1 --message "probed app" --extra-layers 1 --layer-mb 0.1 --seed 41
 mk "$WORK/unprobed" --tag v1 --message "unprobed app" --extra-layers 1 --layer-mb 0.1 --seed 43
+# For 8b: two public images whose bytes a private repository serves too.
+DUPMSG="public app also served privately"
+mk "$WORK/dup" --tag v1 --message "$DUPMSG" --extra-layers 1 --layer-mb 0.1 --seed 61
+mk "$WORK/dup2" --tag v1 --message "$DUPMSG (2)" --extra-layers 1 --layer-mb 0.1 --seed 63
 start_registry pub || exit 1
 # The private images' registries serve TLS (use_tls_registries): what spares a download (5, 5b,
 # 13) is an endpoint pullgate verified. The public one stays plain http.
@@ -50,6 +54,9 @@ ORIGIN_tm=$ORIGIN_SCHEME$REG_t/private/mirror
 push_image "$WORK/pub" v1 "$PUB" "" --all && push_image "$WORK/pre" v1 "$PRE" && push_image "$WORK/priv" v1 "$HPRIV" "alice:$PW_ALICE" \
   && push_image "$WORK/priv" v1 "$TPRIV" "admin:$PW_ADMIN" && push_image "$WORK/probed" v1 "$PROBED" "admin:$PW_ADMIN" \
   && push_image "$WORK/unprobed" v1 "$UNPROBED" "admin:$PW_ADMIN" || { fail "push test images"; exit 1; }
+for i in dup dup2; do
+  push_image "$WORK/$i" v1 "$REG_pub/public/$i:v1" && push_image "$WORK/$i" v1 "$REG_h/private/$i:v1" "alice:$PW_ALICE" || fail "push $i publicly and privately"
+done
 PG=$WORK/pullgate
 pullgate_config "$PG"
 # (Without its [registry] table, which restart_pullgate writes last.)
@@ -470,6 +477,22 @@ hostile bad-challenge "WWW-Authenticate"
 # One byte a second: no gap reaches the 3 s idle timeout, so only the whole-answer deadline can
 # end it; ending before 3 s would mean it never waited for the registry at all.
 hostile trickle "unavailable" :v1 3
+# A token service that repeats the identity token it was sent in its refusal's description,
+# disguised (in pieces, base64, reversed): the refusal names the error code, never the token,
+# in none of those forms, and neither does pullgate's log.
+IT_ECHO=ZqX8vT2mK9pL4wR7nB3cYd6F
+for mode in echo-pieces echo-base64 echo-reversed; do
+  HOSTILE_MODE=$mode
+  launch_on_free_ports 2 _launch_hostile || { fail "$mode: the hostile registry did not start"; continue; }
+  out=$(printf '%s' "$IT_ECHO" | timeout 30 "$PG_BIN" verify --address "$PG/api.sock" -n H6 --plain-http --identity-token-stdin "127.0.0.1:$PORT_1/evil/app:v1" 2>&1); rc=$?
+  kill "${LAUNCHED[0]}" 2>/dev/null
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qF "invalid_grant" <<<"$out"; then fail "$mode: rc=$rc, want a refusal naming invalid_grant: $out"
+  elif ! grep -q "^POST /token grant=refresh_token" "$WORK/hostile-$mode.log"; then fail "$mode: the token service was never asked: $(head -c 300 "$WORK/hostile-$mode.log")"
+  elif tr -cd '[:alnum:]' <<<"$out" | grep -qF "$IT_ECHO" || grep -qF "$(printf %s "$IT_ECHO" | base64)" <<<"$out" || grep -qF "$(rev <<<"$IT_ECHO")" <<<"$out"; then
+    fail "$mode: the refusal carries the token: $out"
+  else pass "$mode: refused naming the error code, not the token (exit $rc): $(shown 160 "$out")"; fi
+done
+check "the echoed token is in no form in pullgate's log" not grep -qE "ZqX8vT2|WnFYOHZUMm1L|F6dYc3Bn" "$PG/log"
 check_no_grants "nothing was recorded for H6 by any of them (pullgate grants works and lists none)" H6
 restart_pullgate || fail "restart pullgate with the base config"
 
@@ -508,6 +531,23 @@ restart_pullgate $'[policy]\nverification = "NeverVerify"' || exit 1
 check_out "under NeverVerify B runs the stolen image" "$LEAK" run_img B b9 stolen.example/app:v1
 restart_pullgate "" || exit 1
 check_refused "back to the default, B is refused again" "$DENIED \"B\"" "$LEAK" run_img B b10 stolen.example/app:v1
+
+log "8b. a public image on the node, the same bytes also in a private repository"
+check "plain ctr pulls $REG_pub/public/dup:v1 into P9 (pullgate never saw it)" ctr_ -n P9 images pull --plain-http --snapshotter pullgate "$REG_pub/public/dup:v1"
+check_out "P9 runs it" "$DUPMSG" run_img P9 d1 "$REG_pub/public/dup:v1"
+check "A pulls the private name of the same bytes with alice's password" pg pull -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_h/private/dup:v1"
+check_out "pullgate now holds those layers protected (inspect of the private name)" ") protected" pg inspect "$REG_h/private/dup:v1"
+mark=$(wc -l < "$PG/log")
+check_out "P9 still runs the public image: pullgate verified it at its own origin without a credential" "$DUPMSG" run_img P9 d2 "$REG_pub/public/dup:v1"
+check "pullgate's log says so, naming the image" grep -q "public at its own origin.*public_at=$REG_pub/public/dup:v1" <(tail -n +"$((mark + 1))" "$PG/log")
+check_refused "P9's plain ctr pull of A's private image (alice's password, which pullgate never saw) is still refused at its unpack" "$DENIED \"P9\"" "$LEAK" \
+  ctr_ -n P9 images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$HPRIV"
+check_refused "B's run of the image it stole in 3 is still refused (its name verifies nowhere)" "$DENIED \"B\"" "$LEAK" run_img B b11 stolen.example/app:v1
+# The other order: the private name first; then the public one with plain ctr, its record made
+# before its unpack (ctr content fetch makes the record; ctr run unpacks it).
+check "A pulls the private name of another image first" pg pull -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_h/private/dup2:v1"
+check "plain ctr fetches its public name into P10 (a record, nothing unpacked)" ctr_ -n P10 content fetch --plain-http "$REG_pub/public/dup2:v1"
+check_out "P10's ctr run unpacks and runs it" "$DUPMSG (2)" run_img P10 d3 "$REG_pub/public/dup2:v1"
 
 log "9. SIGKILL pullgate and restart containerd: grants, tags and refusals are kept"
 # Each "unchanged" compares two answers that must first be real ones: two failed (empty) answers

@@ -22,6 +22,10 @@ Hostile modes ask for Basic credentials first (so that the client has some to le
   redirect-loop  redirects the manifest to itself, forever
   bad-challenge  answers 401 with a malformed WWW-Authenticate challenge, whatever is sent
   trickle        sends the manifest's headers, then one byte a second
+Echo modes: every /v2/ request gets a Bearer challenge naming this server's own /token, which
+refuses every grant (400 invalid_grant) with an error_description repeating the refresh token
+or password it was sent, disguised: echo-pieces (7-character pieces between spaces),
+echo-base64, echo-reversed.
 
   evilregistry.py --port P --repo evil/app --tag v1 --manifest FILE --log FILE
                   [--mode MODE] [--away-port P2]
@@ -29,7 +33,8 @@ Hostile modes ask for Basic credentials first (so that the client has some to le
 import argparse, hashlib, json, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MODES = ["serve", "vouch", "wrong-digest", "huge", "redirect-away", "redirect-loop", "bad-challenge", "trickle"]
+MODES = ["serve", "vouch", "wrong-digest", "huge", "redirect-away", "redirect-loop", "bad-challenge", "trickle",
+         "echo-pieces", "echo-base64", "echo-reversed"]
 
 
 def keep_for_difftest(body, blobs):
@@ -101,6 +106,10 @@ def main():
 
         def hostile(self, send_body):
             """Answers in a hostile mode; False when the request is an ordinary one."""
+            if a.mode.startswith("echo-"):
+                realm = f'Bearer realm="http://127.0.0.1:{a.port}/token",service="evil",scope="repository:{a.repo}:pull"'
+                self.reply(401, [("WWW-Authenticate", realm)], b"", send_body)
+                return True
             if a.mode == "bad-challenge":
                 self.reply(401, [("WWW-Authenticate", 'Bearer realm="http://[::1', )], b"", send_body)
                 return True
@@ -184,6 +193,21 @@ def main():
 
         def do_HEAD(self):
             self.answer(False)
+
+        def do_POST(self):
+            import base64, urllib.parse
+            n = int(self.headers.get("Content-Length", "0"))
+            form = dict(urllib.parse.parse_qsl(self.rfile.read(n).decode()))
+            logf.write(f"POST {self.path} grant={form.get('grant_type', '')}\n")
+            secret = form.get("refresh_token") or form.get("password") or ""
+            if a.mode == "echo-pieces":
+                desc = " ".join(secret[i:i + 7] for i in range(0, len(secret), 7))
+            elif a.mode == "echo-base64":
+                desc = "token " + base64.b64encode(secret.encode()).decode()
+            else:
+                desc = "reversed " + secret[::-1]
+            out = json.dumps({"error": "invalid_grant", "error_description": desc}).encode()
+            self.reply(400, [("Content-Type", "application/json")], out, True)
 
     class Away(BaseHTTPRequestHandler):
         def log_message(self, *args):

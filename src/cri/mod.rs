@@ -47,6 +47,7 @@ const MAX_MESSAGE: usize = 16 << 20;
 const PULL_IMAGE: &str = "/runtime.v1.ImageService/PullImage";
 const CREATE_CONTAINER: &str = "/runtime.v1.RuntimeService/CreateContainer";
 const RUN_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/RunPodSandbox";
+const REMOVE_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/RemovePodSandbox";
 
 /// Annotations a pod author could use to speak to pullgate's snapshotter: containerd passes
 /// `containerd.io/snapshot/*` annotations (1.6: a container's; all versions: a pod's, to its
@@ -118,18 +119,9 @@ pub struct Front {
     snap: Arc<Snapshotter>,
     principal: CriPrincipal,
     platform: String,
-    /// Pinned references (`repo@digest`) whose anonymous verify failed lately, and when: not
-    /// asked again for [`PUBLIC_RETRY`] (a pod refused again and again costs the registry one
-    /// anonymous request per reference and minute).
-    not_public: std::sync::Mutex<HashMap<String, std::time::Instant>>,
 }
 
 use crate::registry::host_platform;
-
-/// How long an anonymous verify that failed is not tried again for the same pinned reference.
-const PUBLIC_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
-/// At most this many of an image's names are asked whether the image is public there.
-const PUBLIC_NAMES: usize = 4;
 
 /// The principal of a pod: its Kubernetes namespace, or `<namespace>/<pod name>`.
 fn principal_of(mode: CriPrincipal, meta: Option<&cri::PodSandboxMetadata>) -> Result<String, Status> {
@@ -186,7 +178,6 @@ impl Front {
             snap,
             principal,
             platform: host_platform(),
-            not_public: Default::default(),
         }
     }
 
@@ -227,7 +218,8 @@ impl Front {
     }
 
     async fn dispatch(self: Arc<Self>, path: String, req: Request<Streaming<Bytes>>) -> Result<Response<MessageStream>, Status> {
-        if ![PULL_IMAGE, CREATE_CONTAINER, RUN_POD_SANDBOX].contains(&path.as_str()) {
+        let pruning = self.principal == CriPrincipal::Pod && path == REMOVE_POD_SANDBOX;
+        if ![PULL_IMAGE, CREATE_CONTAINER, RUN_POD_SANDBOX].contains(&path.as_str()) && !pruning {
             return self.forward(&path, req).await;
         }
         let (meta, _, mut incoming) = req.into_parts();
@@ -249,6 +241,7 @@ impl Front {
                 .map(Response::new)?
             }
             CREATE_CONTAINER => self.create_container(meta, body).await?,
+            REMOVE_POD_SANDBOX => self.remove_pod_sandbox(meta, body).await?,
             _ => self.run_pod_sandbox(meta, body).await?,
         };
         let (meta, body, ext) = resp.into_parts();
@@ -389,7 +382,7 @@ impl Front {
     /// chain containerd will prepare the snapshot on, or the refusal.
     /// An image the pod holds no grant for is admitted when it is public at its own origin: one
     /// of its names (pinned to the manifest its record points at) verifies there without a
-    /// credential ([`Front::public_at_own_origin`]). A private repository that serves the same
+    /// credential ([`Puller::public_at_own_origin`]). A private repository that serves the same
     /// bytes under another name (kubelet's KEP-2535 falls into this) then takes nothing from
     /// the pods running the public image, whichever was on the node first.
     async fn decide(&self, spec: cri::ImageSpec, principal: &str, pod_name: &str) -> Result<String, Status> {
@@ -400,7 +393,7 @@ impl Front {
         if let Err(SnapshotterError::Gate(crate::gate::GateError::Denied(d))) = &decided {
             use crate::gate::DenyReason::*;
             if matches!(d.kind, NoGrant | StaleGrant | UnknownLayer) {
-                if let Some(name) = self.public_at_own_origin(&names, principal, pod_name).await {
+                if let Some(name) = self.puller.public_at_own_origin(CRI_NAMESPACE, principal, &names, true).await {
                     decided = self.decide_blocking(principal, &diff_ids).await?;
                     public_at = Some(name);
                 }
@@ -424,56 +417,6 @@ impl Front {
             .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))
     }
 
-    /// Whether the image is public at its own origin, established by pullgate itself: an
-    /// anonymous verify, for `principal`, of one of the image record's names pinned to the
-    /// manifest that name points at (`names`: name, target digest). The names are the record's
-    /// claims and only say where to ask; what counts is the registry's answer there without a
-    /// credential, and the blobs served there (downloaded and hashed wherever that endpoint is
-    /// not one pullgate verified, and anonymously downloaded bytes are what makes a layer
-    /// public). The verify records its grant like any other. The first name that verifies is
-    /// returned; a failure is logged and not asked again for a minute.
-    async fn public_at_own_origin(&self, names: &[(String, String)], principal: &str, pod_name: &str) -> Option<String> {
-        let mut asked = std::collections::HashSet::new();
-        for (name, target) in names {
-            let Ok(r) = Reference::parse(name) else { continue };
-            let pinned = format!("{}@{target}", r.origin());
-            if asked.len() >= PUBLIC_NAMES || !asked.insert(pinned.clone()) {
-                continue;
-            }
-            {
-                let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
-                not_public.retain(|_, at| at.elapsed() < PUBLIC_RETRY);
-                if not_public.contains_key(&pinned) {
-                    continue;
-                }
-            }
-            let Ok(reference) = Reference::parse(&pinned) else { continue };
-            let req = pull::Request {
-                reference,
-                namespace: CRI_NAMESPACE.to_string(),
-                principal: principal.to_string(),
-                cred: None,
-                plain_http: false,
-                server: None,
-                platform: self.platform.clone(),
-                image_labels: HashMap::new(),
-                extra_names: vec![],
-                for_pods: true,
-                progress: None,
-            };
-            match self.puller.verify(&req).await {
-                Ok(_) => return Some(name.clone()),
-                Err(e) => {
-                    tracing::info!(pod = %pod_name, principal = %principal, name = %pinned, error = %e, "the image is not public at this name's origin (an anonymous verify failed)");
-                    let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
-                    if not_public.len() < 10_000 {
-                        not_public.insert(pinned, std::time::Instant::now());
-                    }
-                }
-            }
-        }
-        None
-    }
 
     /// Whether pod `sandbox` holds an image volume on `chain` prepared under an admission for
     /// `principal`.
@@ -578,6 +521,38 @@ impl Front {
             Ok(true) => Err(undecidable(shown, "it is a checkpoint image, which containerd restores onto another image; not supported through pullgate")),
             Err(e) => Err(undecidable(shown, format!("an image record's target is unreadable: {e}"))),
         }
+    }
+
+    /// With `principal = "pod"`, a pod's grants go with its last sandbox: once containerd has
+    /// removed a sandbox and holds no other of the same pod (Kubernetes namespace and name),
+    /// the grants of that principal in `k8s.io` are deleted. A pod of that name created later
+    /// is another pod and pulls for itself, as every pod does under this setting. Pods whose
+    /// status cannot be read before the removal are left alone (their grants stay).
+    async fn remove_pod_sandbox(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {
+        let req: cri::RemovePodSandboxRequest = decode("RemovePodSandbox", &body)?;
+        let status: Result<cri::PodSandboxStatusResponse, _> =
+            self.call("/runtime.v1.RuntimeService/PodSandboxStatus", cri::PodSandboxStatusRequest { pod_sandbox_id: req.pod_sandbox_id.clone(), verbose: false }).await;
+        let pod = status.ok().and_then(|s| s.status).and_then(|s| s.metadata);
+        let resp = self.forward_unary(REMOVE_POD_SANDBOX, meta, body).await?;
+        let Some(pod) = pod.filter(|m| !m.namespace.is_empty()) else { return Ok(resp) };
+        let Ok(principal) = principal_of(self.principal, Some(&pod)) else { return Ok(resp) };
+        let left: Result<cri::ListPodSandboxResponse, _> = self.call("/runtime.v1.RuntimeService/ListPodSandbox", cri::ListPodSandboxRequest { filter: None }).await;
+        match left {
+            Ok(l) if !l.items.iter().any(|p| p.metadata.as_ref().is_some_and(|m| m.namespace == pod.namespace && m.name == pod.name)) => {
+                let store = self.snap.store_arc().clone();
+                let p = principal.clone();
+                let pruned = tokio::task::spawn_blocking(move || store.write(|tx| crate::ledger::revoke(tx, CRI_NAMESPACE, Some(&p), None))).await;
+                match pruned {
+                    Ok(Ok(n)) if n > 0 => tracing::info!(%principal, grants = n, "pruned the grants of a pod whose last sandbox was removed"),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!(%principal, error = %e, "cannot prune the grants of a removed pod"),
+                    Err(e) => tracing::warn!(%principal, error = %e, "cannot prune the grants of a removed pod"),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(%principal, error = %e, "cannot list the pods left; the removed pod's grants stay"),
+        }
+        Ok(resp)
     }
 
     async fn run_pod_sandbox(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {

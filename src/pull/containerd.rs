@@ -647,6 +647,14 @@ impl Containerd {
         }
     }
 
+    /// The namespace's image records: name and target, at most `max` (the first in
+    /// containerd's order).
+    pub async fn images(&self, max: usize) -> Result<Vec<(String, Descriptor)>> {
+        let req = containerd_client::services::v1::ListImagesRequest { filters: vec![] };
+        let list = ImagesClient::new(self.channel.clone()).list(self.req(req)).await.map_err(err("list images".to_string()))?;
+        Ok(list.into_inner().images.into_iter().filter_map(|i| i.target.map(|t| (i.name, t))).take(max).collect())
+    }
+
     /// What image record `name` points at (None: no such record).
     pub async fn image_target(&self, name: &str) -> Result<Option<Descriptor>> {
         let req = containerd_client::services::v1::GetImageRequest { name: name.to_string() };

@@ -143,6 +143,9 @@ pub struct Puller {
     /// Blob digest -> a namespace that held it when pullgate last placed it there
     /// (`holder_hints`), so that finding a blob on the node does not ask every namespace.
     pub holders: std::sync::Mutex<HashMap<String, String>>,
+    /// Pinned references (`repo@digest`) whose anonymous verify failed lately, and when
+    /// (`public_at_own_origin`).
+    pub not_public: std::sync::Mutex<HashMap<String, std::time::Instant>>,
 }
 
 /// Holder hints kept at most (then forgotten at once and learnt again).
@@ -171,7 +174,118 @@ struct Blob {
     media_type: String,
 }
 
+/// How long an anonymous verify that failed is not tried again for the same pinned reference:
+/// a request refused again and again costs the registry one anonymous verify a minute.
+const PUBLIC_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+/// At most this many of an image's names are asked whether the image is public there.
+const PUBLIC_NAMES: usize = 4;
+/// At most this many image records of a namespace are read for the names on a chain.
+const PUBLIC_IMAGES: usize = 512;
+
 impl Puller {
+    /// Whether an image is public at its own origin, established by pullgate itself: an
+    /// anonymous verify, in `namespace` for `principal`, of one of its names pinned to the
+    /// manifest that name points at (`names`: name, target digest). The names are an image
+    /// record's claims and only say where to ask; what counts is the registry's answer there
+    /// without a credential and the blobs served there (downloaded and hashed wherever the
+    /// endpoint is not one pullgate verified; bytes received without a credential are what
+    /// makes a layer public). The verify records its grant like any other. Returns the first
+    /// name that verified; a failure is logged and not tried again for a minute.
+    pub async fn public_at_own_origin(&self, namespace: &str, principal: &str, names: &[(String, String)], for_pods: bool) -> Option<String> {
+        let mut asked = std::collections::HashSet::new();
+        for (name, target) in names {
+            let Ok(r) = Reference::parse(name) else { continue };
+            let pinned = format!("{}@{target}", r.origin());
+            if asked.len() >= PUBLIC_NAMES || !asked.insert(pinned.clone()) {
+                continue;
+            }
+            {
+                let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
+                not_public.retain(|_, at| at.elapsed() < PUBLIC_RETRY);
+                if not_public.contains_key(&pinned) {
+                    continue;
+                }
+            }
+            let Ok(reference) = Reference::parse(&pinned) else { continue };
+            let req = Request {
+                reference,
+                namespace: namespace.to_string(),
+                principal: principal.to_string(),
+                cred: None,
+                plain_http: false,
+                server: None,
+                platform: registry::host_platform(),
+                image_labels: HashMap::new(),
+                extra_names: vec![],
+                for_pods,
+                progress: None,
+            };
+            match self.verify(&req).await {
+                Ok(_) => return Some(name.clone()),
+                Err(e) => {
+                    tracing::info!(%namespace, %principal, name = %pinned, error = %e, "the image is not public at this name's origin (an anonymous verify failed)");
+                    let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
+                    if not_public.len() < 10_000 {
+                        not_public.insert(pinned, std::time::Instant::now());
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The image records of `namespace` whose image, as containerd runs it on this node,
+    /// holds the layer chain `chain` (its own, or one below it): name and target digest.
+    /// Records that cannot be read are skipped (they name nothing here).
+    async fn names_on_chain(&self, namespace: &str, chain: &str) -> Vec<(String, String)> {
+        let cd = Containerd::on(self.channel.clone(), namespace);
+        let images = match cd.images(PUBLIC_IMAGES).await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(%namespace, error = %e, "cannot list the namespace's images");
+                return vec![];
+            }
+        };
+        let platform = registry::host_platform();
+        let Ok((os, arch, variant)) = registry::parse_platform(&platform) else { return vec![] };
+        let mut out = Vec::new();
+        for (name, target) in images {
+            if let Ok(r) = Self::read_on_node(&cd, &target, (&os, &arch, variant.as_deref())).await {
+                if ledger::chain_ids(&r.diff_ids).iter().any(|c| c == chain) {
+                    out.push((name, target.digest));
+                }
+            }
+        }
+        out
+    }
+
+    /// An image record's target read as containerd runs it on `platform`, from the
+    /// namespace's content ([`crate::document::read_image`], given each document it asks for).
+    async fn read_on_node(cd: &Containerd, target: &containerd_client::types::Descriptor, platform: (&str, &str, Option<&str>)) -> std::result::Result<crate::document::Reading, String> {
+        let root = cd.read_content(&target.digest, MAX_MANIFEST).await.map_err(|e| e.to_string())?;
+        let mut have: HashMap<String, Vec<u8>> = HashMap::new();
+        // The target, an index's entry, the config: each round reads the document it lacked.
+        for _ in 0..3 {
+            let mut missing = None;
+            let read = crate::document::read_image(&root, &target.media_type, platform, &mut |d| {
+                let got = have.get(d).cloned();
+                if got.is_none() {
+                    missing = Some(d.to_string());
+                }
+                got
+            });
+            match (read, missing) {
+                (Ok(r), _) => return Ok(r),
+                (Err(_), Some(d)) => {
+                    let bytes = cd.read_content(&d, MAX_MANIFEST).await.map_err(|e| e.to_string())?;
+                    have.insert(d, bytes);
+                }
+                (Err(e), None) => return Err(e),
+            }
+        }
+        Err("too many documents".into())
+    }
+
     pub async fn verify(&self, req: &Request) -> Result<Outcome> {
         let (since, out) = (std::time::Instant::now(), self.run(req, false).await);
         crate::metrics::record_op("verify", since, outcome(&out));
@@ -1482,5 +1596,16 @@ impl Gathered {
             }
             Done::Skipped => {}
         }
+    }
+}
+
+#[tonic::async_trait]
+impl crate::snapshotter::service::PublicAtOrigin for Puller {
+    async fn establish(&self, namespace: &str, principal: &str, chain: &str) -> Option<String> {
+        let names = self.names_on_chain(namespace, chain).await;
+        if names.is_empty() {
+            return None;
+        }
+        self.public_at_own_origin(namespace, principal, &names, false).await
     }
 }

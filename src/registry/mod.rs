@@ -1028,31 +1028,41 @@ fn oauth_error(body: &[u8], secret: &str) -> (Option<String>, Option<String>) {
     }
     let Ok(e) = serde_json::from_slice::<OAuthError>(body) else { return (None, None) };
     let code = e.error.filter(|c| OAUTH_ERRORS.contains(&c.as_str()));
-    let description = e
-        .error_description
-        .filter(|s| !s.is_empty() && s.len() <= 200 && s.chars().all(|c| c.is_ascii_graphic() || c == ' '))
-        .filter(|s| !echoes(s, secret));
+    let description = e.error_description.filter(|s| plain_words(s) && !echoes(s, secret));
     (code, description)
 }
 
-/// Whether `text` repeats 8 or more consecutive characters of `secret`, as it is, percent-encoded
-/// (form or URL encoding), ignoring case.
+/// Whether a token service's `error_description` is words a person reads ("the refresh token has
+/// been revoked"): at most 200 characters of ASCII letters, spaces and sentence punctuation, no
+/// digits. The service was sent the secret: a description holding digits, mixed-case runs or
+/// encodings (base64, hex) could carry it, in pieces or disguised, into the refusal a client,
+/// kubelet's events and logs show. Anything else is not quoted (the error code still is).
+fn plain_words(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 200 && s.chars().all(|c| c.is_ascii_alphabetic() || " .,:;'()-".contains(c))
+}
+
+/// Whether `text` repeats 8 or more consecutive characters of `secret`, ignoring case: as it
+/// is, percent-encoded (form or URL encoding), or with everything but letters and digits taken
+/// out of both (pieces of it with spaces or punctuation between), forwards or reversed.
 fn echoes(text: &str, secret: &str) -> bool {
     const RUN: usize = 8;
     if secret.is_empty() {
         return false;
     }
+    let squash = |t: &str| t.chars().filter(char::is_ascii_alphanumeric).collect::<String>().to_ascii_lowercase();
     let text = text.to_ascii_lowercase();
+    let (squashed, reversed) = (squash(&text), squash(&text).chars().rev().collect::<String>());
     let encoded: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
     let pct = encoded.replace('+', "%20");
-    [secret.to_string(), encoded, pct].iter().any(|form| {
-        let form = form.to_ascii_lowercase();
+    let repeats = |text: &str, form: &str| {
         let chars: Vec<char> = form.chars().collect();
         if chars.len() < RUN {
-            return text.contains(&form);
+            return !form.is_empty() && text.contains(form);
         }
         chars.windows(RUN).any(|w| text.contains(&w.iter().collect::<String>()))
-    })
+    };
+    [secret.to_string(), encoded, pct].iter().any(|form| repeats(&text, &form.to_ascii_lowercase()))
+        || [&squashed, &reversed].iter().any(|t| repeats(t, &squash(secret)))
 }
 
 /// Whether a request over https to an http server with TLS settings goes to the server as
@@ -1134,6 +1144,26 @@ pub fn parse_platform(p: &str) -> std::result::Result<(String, String, Option<St
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_token_services_description_is_quoted_only_as_plain_words_that_repeat_no_secret() {
+        let secret = "ZqX8vT2mK9pL4wR7nB3cYd6F";
+        let desc = |d: &str| oauth_error(format!("{{\"error\":\"invalid_grant\",\"error_description\":{}}}", serde_json::json!(d)).as_bytes(), secret);
+        assert_eq!(desc("the refresh token has been revoked"), (Some("invalid_grant".into()), Some("the refresh token has been revoked".into())));
+        assert_eq!(desc("token issued for service other-service").1.as_deref(), Some("token issued for service other-service"));
+        // The secret in pieces, base64, reversed, hex: none is quoted.
+        for echoed in ["ZqX8vT2 mK9pL4w R7nB3cY d6F", "token WnFYOHZUMm1LOXBMNHdSN25CM2NZZDZG", "reversed F6dYc3Bn7Rw4Lp9Km2Tv8XqZ", "5a7158387654"] {
+            assert_eq!(desc(echoed), (Some("invalid_grant".into()), None), "{echoed}");
+        }
+        // A secret of letters only, in pieces or reversed, is caught by the repeat check.
+        let letters = "abcdefghijklmnop";
+        let quoted = |d: &str| oauth_error(format!("{{\"error\":\"invalid_grant\",\"error_description\":\"{d}\"}}").as_bytes(), letters).1;
+        assert_eq!(quoted("bad abcd efgh ijkl"), None);
+        assert_eq!(quoted("bad ponm lkji hgfe"), None);
+        assert_eq!(quoted("the grant is invalid").as_deref(), Some("the grant is invalid"));
+        // An unknown error code is not quoted either.
+        assert_eq!(oauth_error(br#"{"error":"ZqX8vT2mK9pL4wR7","error_description":"x"}"#, secret).0, None);
+    }
+
     use super::*;
 
     /// A challenge is kept as long as there is room only when the endpoint was verified and the

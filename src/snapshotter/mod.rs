@@ -426,6 +426,11 @@ impl Snapshotter {
     }
 
     /// Makes `namespaces` take a container's principal only from the CRI front's admissions.
+    /// Whether the CRI front serves `namespace` (its containers and views are decided there).
+    pub fn serves_front(&self, namespace: &str) -> bool {
+        self.admission_only.contains(namespace)
+    }
+
     pub fn with_admission_only(mut self, namespaces: impl IntoIterator<Item = String>) -> Snapshotter {
         self.admission_only.extend(namespaces);
         self

@@ -32,10 +32,21 @@ impl From<SnapshotterError> for Status {
 
 pub struct Service {
     snap: Arc<Snapshotter>,
+    public: Option<Arc<dyn PublicAtOrigin>>,
 }
 
-pub fn server(snap: Arc<Snapshotter>) -> SnapshotsServer<Service> {
-    SnapshotsServer::new(Service { snap })
+/// Establishes, for a container or view the gate refused, whether an image of the namespace on
+/// that chain is public at its own origin (an anonymous verify of one of its names there), so
+/// that the request can be decided again. Implemented above this module (by the puller).
+#[tonic::async_trait]
+pub trait PublicAtOrigin: Send + Sync {
+    /// `chain`: the chainID an unpack makes, or a container's or view's parent holds. Returns
+    /// the name that verified.
+    async fn establish(&self, namespace: &str, principal: &str, chain: &str) -> Option<String>;
+}
+
+pub fn server(snap: Arc<Snapshotter>, public: Option<Arc<dyn PublicAtOrigin>>) -> SnapshotsServer<Service> {
+    SnapshotsServer::new(Service { snap, public })
 }
 
 fn namespace_header<T>(req: &Request<T>) -> Option<String> {
@@ -48,15 +59,59 @@ impl Service {
         op: &'static str,
         f: impl FnOnce(&Snapshotter) -> Result<T, SnapshotterError> + Send + 'static,
     ) -> Result<T, Status> {
+        let out = self.call(op, f).await?;
+        Self::done(op, out)
+    }
+
+    /// Runs `f` on the blocking pool.
+    async fn call<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Snapshotter) -> Result<T, SnapshotterError> + Send + 'static,
+    ) -> Result<Result<T, SnapshotterError>, Status> {
         let snap = self.snap.clone();
-        let out = tokio::task::spawn_blocking(move || f(&snap))
-            .await
-            .map_err(|e| Status::internal(format!("{op}: worker failed: {e}")))?;
+        tokio::task::spawn_blocking(move || f(&snap)).await.map_err(|e| Status::internal(format!("{op}: worker failed: {e}")))
+    }
+
+    /// Counts and logs the outcome of `op`, and answers it.
+    fn done<T>(op: &'static str, out: Result<T, SnapshotterError>) -> Result<T, Status> {
         crate::metrics::record_snapshot_call(op, super::gated(&out));
         if let Err(e) = &out {
             tracing::debug!(op, error = %e, "request refused");
         }
         Ok(out?)
+    }
+
+    /// A Prepare or View (`view`), decided again once when the gate refused it in a namespace
+    /// the CRI front does not serve (the front asks for its own pods) and an image of the
+    /// namespace holding that chain (an unpack's target, a container's or view's parent)
+    /// proves public at its own origin.
+    async fn create(&self, op: &'static str, view: bool, key: String, parent: String, labels: Labels, ns: Option<String>) -> Result<Vec<Mount>, Status> {
+        let attempt = |key: String, parent: String, labels: Labels, ns: Option<String>| {
+            self.call(op, move |s| if view { s.view(&key, &parent, labels, ns.as_deref()) } else { s.prepare(&key, &parent, labels, ns.as_deref()) })
+        };
+        let out = attempt(key.clone(), parent.clone(), labels.clone(), ns.clone()).await?;
+        let namespace = super::namespace_of_key(&key).or(ns.as_deref()).unwrap_or_default().to_string();
+        let chain = super::extract_target(if view { Kind::View } else { Kind::Active }, &key).unwrap_or_else(|| super::name_of_key(&parent).to_string());
+        let retry = match (&out, &self.public) {
+            (Err(SnapshotterError::Gate(crate::gate::GateError::Denied(d))), Some(public))
+                if !chain.is_empty()
+                    && !self.snap.serves_front(&namespace)
+                    && matches!(d.kind, crate::gate::DenyReason::NoGrant | crate::gate::DenyReason::StaleGrant | crate::gate::DenyReason::UnknownLayer) =>
+            {
+                let principal = labels.get(super::PRINCIPAL_LABEL).cloned().unwrap_or_default();
+                public.establish(&namespace, &principal, &chain).await.map(|name| (name, principal))
+            }
+            _ => None,
+        };
+        let out = match retry {
+            Some((name, principal)) => {
+                tracing::info!(%namespace, %principal, %key, public_at = %name, "admitted: the image is public at its own origin (it verified there without a credential)");
+                attempt(key, parent, labels, ns).await?
+            }
+            None => out,
+        };
+        Self::done(op, out)
     }
 }
 
@@ -67,18 +122,14 @@ impl Snapshots for Service {
     async fn prepare(&self, req: Request<pb::PrepareSnapshotRequest>) -> Result<Response<pb::PrepareSnapshotResponse>, Status> {
         let ns = namespace_header(&req);
         let r = req.into_inner();
-        let mounts = self
-            .run("prepare", move |s| s.prepare(&r.key, &r.parent, convert::labels(r.labels), ns.as_deref()))
-            .await?;
+        let mounts = self.create("prepare", false, r.key, r.parent, convert::labels(r.labels), ns).await?;
         Ok(Response::new(pb::PrepareSnapshotResponse { mounts: convert::mounts(mounts) }))
     }
 
     async fn view(&self, req: Request<pb::ViewSnapshotRequest>) -> Result<Response<pb::ViewSnapshotResponse>, Status> {
         let ns = namespace_header(&req);
         let r = req.into_inner();
-        let mounts = self
-            .run("view", move |s| s.view(&r.key, &r.parent, convert::labels(r.labels), ns.as_deref()))
-            .await?;
+        let mounts = self.create("view", true, r.key, r.parent, convert::labels(r.labels), ns).await?;
         Ok(Response::new(pb::ViewSnapshotResponse { mounts: convert::mounts(mounts) }))
     }
 
