@@ -537,9 +537,11 @@ check "plain ctr pulls $REG_pub/public/dup:v1 into P9 (pullgate never saw it)" c
 check_out "P9 runs it" "$DUPMSG" run_img P9 d1 "$REG_pub/public/dup:v1"
 check "A pulls the private name of the same bytes with alice's password" pg pull -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_h/private/dup:v1"
 check_out "pullgate now holds those layers protected (inspect of the private name)" ") protected" pg inspect "$REG_h/private/dup:v1"
+check_out "P9 still runs the public image (unpacked before pullgate knew its layers)" "$DUPMSG" run_img P9 d2 "$REG_pub/public/dup:v1"
+check "plain ctr fetches the public image into P11 now (a record, nothing unpacked)" ctr_ -n P11 content fetch --plain-http "$REG_pub/public/dup:v1"
 mark=$(wc -l < "$PG/log")
-check_out "P9 still runs the public image: pullgate verified it at its own origin without a credential" "$DUPMSG" run_img P9 d2 "$REG_pub/public/dup:v1"
-check "pullgate's log says so, naming the image" grep -q "public at its own origin.*public_at=$REG_pub/public/dup:v1" <(tail -n +"$((mark + 1))" "$PG/log")
+check_out "P11's ctr run unpacks and runs it: pullgate verified it at its own origin without a credential" "$DUPMSG" run_img P11 d4 "$REG_pub/public/dup:v1"
+check "pullgate's log says so, naming the image" grep -q "admitted: the image is public at its own origin.*public_at=$REG_pub/public/dup:v1" <(tail -n +"$((mark + 1))" "$PG/log")
 check_refused "P9's plain ctr pull of A's private image (alice's password, which pullgate never saw) is still refused at its unpack" "$DENIED \"P9\"" "$LEAK" \
   ctr_ -n P9 images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$HPRIV"
 check_refused "B's run of the image it stole in 3 is still refused (its name verifies nowhere)" "$DENIED \"B\"" "$LEAK" run_img B b11 stolen.example/app:v1

@@ -106,8 +106,12 @@ impl Service {
         };
         let out = match retry {
             Some((name, principal)) => {
-                tracing::info!(%namespace, %principal, %key, public_at = %name, "admitted: the image is public at its own origin (it verified there without a credential)");
-                attempt(key, parent, labels, ns).await?
+                let again = attempt(key.clone(), parent, labels, ns).await?;
+                match &again {
+                    Ok(_) => tracing::info!(%namespace, %principal, %key, public_at = %name, "admitted: the image is public at its own origin (it verified there without a credential)"),
+                    Err(e) => tracing::info!(%namespace, %principal, %key, public_at = %name, error = %e, "still refused after the image verified at its own origin without a credential"),
+                }
+                again
             }
             None => out,
         };
