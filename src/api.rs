@@ -87,7 +87,7 @@ fn validate_principal(p: &str) -> Result<()> {
     if !crate::snapshotter::principal_is_valid(p) {
         let shown = crate::reference::excerpt(p);
         return Err(ApiError::Invalid(format!(
-            "invalid principal {shown:?}: at most 253 printable characters without whitespace; '/' separates parts, none empty, '.' or '..'"
+            "invalid principal {shown:?}: at most 360 printable characters without whitespace; '/' separates parts, none empty, '.' or '..'"
         )));
     }
     Ok(())

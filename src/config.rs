@@ -57,7 +57,7 @@ pub enum CriPrincipal {
     /// The pod's Kubernetes namespace (pull secrets are namespaced objects).
     #[default]
     Namespace,
-    /// `<namespace>/<pod name>`.
+    /// `<namespace>/<pod name>/<pod UID>` (`<namespace>/<pod name>` for a pod without a UID).
     Pod,
 }
 

@@ -153,6 +153,23 @@ impl GrantView {
         Ok(GrantView::of(ledger::grants(tx, Some(ns))?))
     }
 
+    /// The grants of namespace `ns` whose manifest contains one of `layers`, through the
+    /// ledger's layer index: every grant an unpack step's decision on those layers can use
+    /// (each check asks only about grants covering the layer it checks), read at a cost that
+    /// does not grow with the namespace's other grants.
+    fn load_covering(tx: &impl LedgerRead, ns: &str, layers: &[&str]) -> Result<GrantView, StoreError> {
+        let mut seen = HashSet::new();
+        let mut entries = Vec::new();
+        for d in layers {
+            for g in ledger::grants_with_layer(tx, ns, d)? {
+                if seen.insert(g.key().to_string()) {
+                    entries.push(g);
+                }
+            }
+        }
+        Ok(GrantView::of(entries))
+    }
+
     /// The grants that can speak for `principal`'s use of a chain in `ns`: its own, and the
     /// namespace-wide ones unless the namespace requires principals. Read by key prefix, so a
     /// decision costs the same however many other principals (pods) hold grants there.
@@ -193,14 +210,17 @@ impl GrantView {
     /// Whether a grant for which `counts` holds lists `layers` as its first layers, each
     /// already served by its origin when the grant was written.
     fn covers_prefix(&self, layers: &[LayerId], counts: impl Fn(&ledger::GrantEntry) -> bool) -> bool {
-        self.entries.iter().any(|g| {
-            let (gl, served) = (&g.grant.layers, &g.grant.served);
-            gl.len() >= layers.len()
-                && served.len() >= layers.len()
-                && layers.iter().zip(gl.iter().zip(served)).all(|(d, (l, s))| *s && d.raw.as_ref() == Some(l))
-                && counts(g)
-        })
+        self.entries.iter().any(|g| lists_served_prefix(g, layers) && counts(g))
     }
+}
+
+/// Whether grant `g` lists `layers` as its first layers, each already served by its origin
+/// when the grant was written.
+fn lists_served_prefix(g: &ledger::GrantEntry, layers: &[LayerId]) -> bool {
+    let (gl, served) = (&g.grant.layers, &g.grant.served);
+    gl.len() >= layers.len()
+        && served.len() >= layers.len()
+        && layers.iter().zip(gl.iter().zip(served)).all(|(d, (l, s))| *s && d.raw.as_ref() == Some(l))
 }
 
 fn now_nanos() -> i64 {
@@ -252,8 +272,11 @@ impl Gate {
             ));
         }
         let applied = self.applied_layer(tx, parent, target, hints)?;
-        let mut grants = GrantView::load(tx, s.namespace)?;
-        self.check_chain(tx, s, parent, applied.as_deref(), false, &mut grants)?;
+        let layers: Vec<&str> = parent.diff_ids.iter().map(String::as_str).chain(applied.as_deref()).collect();
+        if !self.extract_covered(tx, s, parent, &layers)? {
+            let mut grants = GrantView::load_covering(tx, s.namespace, &layers)?;
+            self.check_chain(tx, s, parent, applied.as_deref(), false, &mut grants)?;
+        }
         let mut next = ChainInfo { chain_id: target.to_string(), diff_ids: parent.diff_ids.clone(), unknown_layers: parent.unknown_layers, unestablished: false };
         match applied {
             Some(d) => next.diff_ids.push(d),
@@ -263,6 +286,27 @@ impl Gate {
             }
         }
         Ok(next)
+    }
+
+    /// The common case of an unpack step, decided through the ledger's layer index without
+    /// reading the namespace's other grants: as `check_chain` first asks, one fresh grant of the
+    /// namespace whose manifest starts with these layers, each served by its origin when the
+    /// grant was written. The grants indexed under the top layer are read a page at a time,
+    /// stopping at the first that qualifies (a chain with layers pullgate has no record of, or
+    /// under `NeverVerify`, is left to `check_chain`).
+    fn extract_covered(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo, layers: &[&str]) -> Result<bool, StoreError> {
+        let Some(top) = layers.last() else { return Ok(false) };
+        if parent.unknown_layers > 0 || self.cfg.policy == Policy::NeverVerify {
+            return Ok(false);
+        }
+        let ids: Vec<LayerId> = layers.iter().map(|d| LayerId::new(d)).collect();
+        let now = now_nanos();
+        let mut found = false;
+        ledger::each_grant_with_layer(tx, s.namespace, top, &mut |g| {
+            found = lists_served_prefix(&g, &ids) && self.fresh(g.grant.verified_at, now);
+            !found
+        })?;
+        Ok(found)
     }
 
     /// Use: a container rootfs or a view on top of `parent`, by `s.principal`. In a namespace
@@ -706,6 +750,8 @@ mod tests {
             tx.put_val(crate::metastore::Collection::Grants, &k, &ledger::Grant { identity: "hmac-sha256:x".into(), verified_at: 1 << 62, layers: vec![], served: vec![] })
         })
         .unwrap();
+        // (As a start finds it: the layer index is built again for the grants there are.)
+        s.write(ledger::upgrade).unwrap();
         s.read(|tx| -> Result<(), StoreError> {
             g.use_chain(tx, &subj("old", ""), &chain_ab()).unwrap();
             g.extract(tx, &subj("old", ""), &ChainInfo::default(), &d('a')).unwrap();

@@ -193,6 +193,11 @@ impl GrantEntry {
         }
     }
 
+    /// The grant's key in the ledger.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
     pub fn namespace(&self) -> &str {
         &self.key[..self.starts[0] - 1]
     }
@@ -380,6 +385,12 @@ fn log_protected(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
     tx.put_val(Collection::ProtectedLog, &log_key(next), &diff_id.to_string())
 }
 
+/// Set once the grant layer index (`Collection::GrantLayers`) was built; and the number of
+/// grants it was kept for (a grant written or removed by a version without the index changes
+/// the number of grants, and the index is built again at the next start).
+const GRANT_LAYERS: &str = "ledger_grant_layers_built";
+const GRANTS_INDEXED: &str = "ledger_grants_indexed";
+
 /// The marker of the clean-up that made every fact rest on verified pairings.
 const VERIFIED_PAIRINGS: &str = "ledger_verified_pairings";
 /// Set once a version keeping grants in `ledger_grants_v2` has started on the ledger: from then
@@ -456,7 +467,9 @@ pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
             }
         }
         Ok(())
-    })
+    })?;
+    // Last: the grants are in their table, in their layout.
+    index_grant_layers(tx)
 }
 
 /// Records a manifest whose blobs' origins and pairings are already recorded: its layers,
@@ -531,7 +544,93 @@ pub fn put_grant(tx: &mut WriteTx, ns: &str, principal: &str, origin: &str, mani
         }
         g.layers = raw;
     }
-    tx.put_val(Collection::Grants, &key(&[ns, principal, origin, manifest]), &g)
+    let k = key(&[ns, principal, origin, manifest]);
+    let new = tx.get_val::<Grant>(Collection::Grants, &k)?.is_none();
+    tx.put_val(Collection::Grants, &k, &g)?;
+    for d in &diff_ids {
+        tx.put_val(Collection::GrantLayers, &key(&[ns, d, principal, origin, manifest]), &())?;
+    }
+    if new {
+        set_grant_count(tx, 1)?;
+    }
+    Ok(())
+}
+
+/// The number of grants the layer index was kept for (`GRANTS_INDEXED`), moved by `delta`.
+fn set_grant_count(tx: &mut WriteTx, delta: i64) -> Result<(), StoreError> {
+    let n = tx.counter(GRANTS_INDEXED)?;
+    tx.set_counter(GRANTS_INDEXED, n.saturating_add_signed(delta))
+}
+
+/// The grants of `ns` whose manifest contains layer `diff_id` (any principal), read through
+/// the layer index: what an unpack step of that layer asks, whatever the number of other
+/// grants. An index entry whose grant is gone is skipped.
+pub fn grants_with_layer(tx: &impl LedgerRead, ns: &str, diff_id: &str) -> Result<Vec<GrantEntry>, StoreError> {
+    let mut out = Vec::new();
+    each_grant_with_layer(tx, ns, diff_id, &mut |g| {
+        out.push(g);
+        true
+    })?;
+    Ok(out)
+}
+
+/// Hands `f` the grants of `ns` whose manifest contains layer `diff_id`, read through the
+/// layer index a page at a time, until `f` answers false.
+pub fn each_grant_with_layer(tx: &impl LedgerRead, ns: &str, diff_id: &str, f: &mut dyn FnMut(GrantEntry) -> bool) -> Result<(), StoreError> {
+    const PAGE: usize = 256;
+    let prefix = key(&[ns, diff_id, ""]);
+    let mut start = prefix.clone();
+    loop {
+        let page = tx.range_from::<()>(Collection::GrantLayers, &start, PAGE)?;
+        let full = page.len() == PAGE;
+        for (k, ()) in &page {
+            if !k.starts_with(&prefix) {
+                return Ok(());
+            }
+            let parts = split_key(k);
+            let [_, _, principal, origin, manifest] = parts[..] else {
+                return Err(StoreError::Corrupt { key: k.replace('\0', "|"), reason: "grant layer key has not 5 parts".into() });
+            };
+            let gk = key(&[ns, principal, origin, manifest]);
+            if let Some(g) = tx.get_val::<Grant>(Collection::Grants, &gk)? {
+                let g = GrantEntry::new(gk, g).map_err(|k| StoreError::Corrupt { key: k.replace('\0', "|"), reason: "grant key has not 4 parts".into() })?;
+                if !f(g) {
+                    return Ok(());
+                }
+            }
+        }
+        match page.last() {
+            // The next page starts just after the last key read.
+            Some((k, ())) if full => start = format!("{k}\0"),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// The layers (diffIDs) grant `g` is indexed under: its own, else its manifest's.
+fn indexed_layers(tx: &impl LedgerRead, g: &GrantEntry) -> Result<Vec<String>, StoreError> {
+    if !g.grant.layers.is_empty() {
+        return Ok(g.grant.layers.iter().map(|raw| format!("sha256:{}", hex::encode(raw))).collect());
+    }
+    Ok(self::manifest(tx, g.manifest())?.map(|m| m.diff_ids).unwrap_or_default())
+}
+
+/// Builds the layer index from the grants, when it was not kept for exactly these grants (a
+/// ledger from before the index, or one an earlier version changed grants in since): every
+/// entry is written again from the grants themselves.
+fn index_grant_layers(tx: &mut WriteTx) -> Result<(), StoreError> {
+    let all = grants(tx, None)?;
+    if tx.counter(GRANTS_INDEXED)? == all.len() as u64 && tx.counter(GRANT_LAYERS)? > 0 {
+        return Ok(());
+    }
+    tx.clear(Collection::GrantLayers)?;
+    for g in &all {
+        for d in indexed_layers(tx, g)? {
+            tx.put_val(Collection::GrantLayers, &key(&[g.namespace(), &d, g.principal(), g.origin(), g.manifest()]), &())?;
+        }
+    }
+    tx.set_counter(GRANTS_INDEXED, all.len() as u64)?;
+    tx.set_counter(GRANT_LAYERS, 1)
 }
 
 /// Grants of one namespace (all namespaces when `ns` is None).
@@ -560,7 +659,12 @@ pub fn revoke(tx: &mut WriteTx, ns: &str, principal: Option<&str>, origin: Optio
         if principal.is_some_and(|p| p != g.principal()) || origin.is_some_and(|o| !o(g.origin())) {
             continue;
         }
-        tx.delete_val(Collection::Grants, &g.key)?;
+        for d in indexed_layers(tx, &g)? {
+            tx.delete_val(Collection::GrantLayers, &key(&[ns, &d, g.principal(), g.origin(), g.manifest()]))?;
+        }
+        if tx.delete_val(Collection::Grants, &g.key)? {
+            set_grant_count(tx, -1)?;
+        }
         n += 1;
     }
     Ok(n)
@@ -584,6 +688,46 @@ mod tests {
         let s = MetaStore::open(&dir.path().join("m.redb")).unwrap();
         s.write(upgrade).unwrap();
         (dir, s)
+    }
+
+    #[test]
+    fn the_layer_index_follows_the_grants_and_is_built_again_when_they_changed_without_it() {
+        let (_d, s) = store();
+        let pair = |b: char, l: char| Verified::for_test(&d(b), &d(l));
+        s.write(|tx| -> Result<(), LedgerError> {
+            record_pairing(tx, &pair('A', 'a'))?;
+            record_pairing(tx, &pair('B', 'b'))?;
+            record_manifest(tx, &d('m'), &manifest_ab())?;
+            put_grant(tx, "ns", "p1", "reg/app", &d('m'), "id", 1)?;
+            put_grant(tx, "ns", "p2", "reg/app", &d('m'), "id", 1)?;
+            put_grant(tx, "ns", "p2", "reg/app", &d('m'), "id", 2)?;
+            put_grant(tx, "other", "p1", "reg/app", &d('m'), "id", 1)?;
+            Ok(())
+        })
+        .unwrap();
+        let with = |l: char| s.read(|tx| grants_with_layer(tx, "ns", &d(l))).unwrap().iter().map(|g| g.principal().to_string()).collect::<Vec<_>>();
+        assert_eq!(with('a'), ["p1", "p2"]);
+        assert_eq!(with('b'), ["p1", "p2"]);
+        assert!(with('c').is_empty());
+        s.write(|tx| revoke(tx, "ns", Some("p1"), None)).unwrap();
+        assert_eq!(with('a'), ["p2"]);
+        s.write(|tx| -> Result<(), StoreError> {
+            assert_eq!(tx.counter(GRANTS_INDEXED)?, 2);
+            assert_eq!(tx.scan::<()>(Collection::GrantLayers, "")?.len(), 4);
+            Ok(())
+        })
+        .unwrap();
+        // A grant written by a version without the index (the table alone): the next start
+        // builds the index again, and the grant is found by its layers.
+        s.write(|tx| {
+            let g = Grant { identity: "id".into(), verified_at: 1, layers: vec![], served: vec![] };
+            tx.put_val(Collection::Grants, &key(&["ns", "p3", "reg/app", &d('m')]), &g)
+        })
+        .unwrap();
+        assert_eq!(with('a'), ["p2"]);
+        s.write(upgrade).unwrap();
+        assert_eq!(with('a'), ["p2", "p3"]);
+        assert_eq!(with('b'), ["p2", "p3"]);
     }
 
     #[test]

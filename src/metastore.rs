@@ -64,10 +64,14 @@ pub enum Collection {
     /// blob digest -> its layer ID (diffID), as pullgate computed it from the blob's bytes
     /// (`diffid::Verified`); never from an image config.
     Pairings,
+    /// `namespace NUL diffID NUL principal NUL origin NUL manifest` -> (): the grants whose
+    /// manifest contains each layer, so that an unpack step reads the grants of the layers it
+    /// decides, not every grant of the namespace (`ledger::grants_with_layer`).
+    GrantLayers,
 }
 
 impl Collection {
-    const ALL: [Collection; 8] = [
+    const ALL: [Collection; 9] = [
         Collection::BlobOrigins,
         Collection::Manifests,
         Collection::Layers,
@@ -76,6 +80,7 @@ impl Collection {
         Collection::Protected,
         Collection::Pairings,
         Collection::ProtectedLog,
+        Collection::GrantLayers,
     ];
     fn def(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
         match self {
@@ -90,6 +95,7 @@ impl Collection {
             Collection::Protected => TableDefinition::new("ledger_protected"),
             Collection::Pairings => TableDefinition::new("ledger_pairings"),
             Collection::ProtectedLog => TableDefinition::new("ledger_protected_log"),
+            Collection::GrantLayers => TableDefinition::new("ledger_grant_layers"),
         }
     }
 }
@@ -166,7 +172,7 @@ pub struct MetaStore {
 
 /// A read transaction. Ledger tables are opened once per transaction and reused: a gate
 /// decision reads several collections many times.
-pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 8]);
+pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 9]);
 
 /// What `each_snapshot` calls with each record, until it says Break.
 pub type SnapshotVisitor<'a> = &'a mut dyn FnMut(&str, Record) -> Result<std::ops::ControlFlow<()>, StoreError>;

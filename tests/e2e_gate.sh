@@ -386,7 +386,7 @@ out=$(printf '%s\n' "$IT" | pg verify -n DT3 "${REGF[@]}" --identity-token-stdin
 check "DT3: pullgate verify --identity-token-stdin: the same identity ($out)" test $rc -eq 0 -a "$(ident DT3)" = "$ID_IT"
 IT_REVOKED=$(identity_token t alice "$PW_ALICE"); revoke_token t "$IT_REVOKED"
 n0=$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")
-check_refused_rc 3 "DT4: a revoked identity token on standard input: exit 3, naming the cause, not the token" "refused the identity token: invalid_grant: the refresh token has been revoked" "$IT_REVOKED" \
+check_refused_rc 3 "DT4: a revoked identity token on standard input: exit 3, naming the cause, not the token" "refused the identity token: invalid_grant \\(expired, revoked" "$IT_REVOKED" \
   bash -c "printf '%s\n' '$IT_REVOKED' | '$PG_BIN' verify --address '$PG/api.sock' -n DT4 ${REGF[*]} --identity-token-stdin '$TPRIV'"
 check "DT4: the token service was asked and refused it" test "$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")" -gt "$n0"
 check_no_grants "DT4: no grant" DT4
@@ -473,6 +473,7 @@ hostile redirect-away "not found"
 check_out "redirect-away: the other host got the request without the Authorization header" "AWAY AUTH no" cat "$WORK/hostile-redirect-away.log"
 check "redirect-away: and never with it" not grep -q 'AWAY AUTH yes' "$WORK/hostile-redirect-away.log"
 hostile redirect-loop "redirects"
+hostile redirect-secret "unavailable"
 hostile bad-challenge "WWW-Authenticate"
 # One byte a second: no gap reaches the 3 s idle timeout, so only the whole-answer deadline can
 # end it; ending before 3 s would mean it never waited for the registry at all.

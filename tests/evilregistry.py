@@ -20,6 +20,8 @@ Hostile modes ask for Basic credentials first (so that the client has some to le
   redirect-away  redirects the manifest to another host (--away-port), which logs whether an
                  Authorization header arrived ("AWAY AUTH yes|no")
   redirect-loop  redirects the manifest to itself, forever
+  redirect-secret redirects the manifest to a URL holding the password it was sent (a port
+                 nothing listens on), for the client's error to show it
   bad-challenge  answers 401 with a malformed WWW-Authenticate challenge, whatever is sent
   trickle        sends the manifest's headers, then one byte a second
 Echo modes: every /v2/ request gets a Bearer challenge naming this server's own /token, which
@@ -34,7 +36,7 @@ import argparse, hashlib, json, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODES = ["serve", "vouch", "wrong-digest", "huge", "redirect-away", "redirect-loop", "bad-challenge", "trickle",
-         "echo-pieces", "echo-base64", "echo-reversed"]
+         "echo-pieces", "echo-base64", "echo-reversed", "redirect-secret"]
 
 
 def keep_for_difftest(body, blobs):
@@ -126,6 +128,10 @@ def main():
                 self.reply(200, [("Content-Type", "application/vnd.oci.image.manifest.v1+json")], big, send_body)
             elif a.mode == "redirect-away":
                 self.reply(307, [("Location", f"http://127.0.0.1:{a.away_port}{self.path}")], b"", send_body)
+            elif a.mode == "redirect-secret":
+                import base64
+                sent = base64.b64decode(self.headers["Authorization"].split(" ", 1)[1]).decode().split(":", 1)[-1]
+                self.reply(307, [("Location", f"http://127.0.0.1:9/leak/{sent}")], b"", send_body)
             elif a.mode == "redirect-loop":
                 self.reply(307, [("Location", self.path)], b"", send_body)
             elif a.mode == "trickle":

@@ -123,14 +123,17 @@ pub struct Front {
 
 use crate::registry::host_platform;
 
-/// The principal of a pod: its Kubernetes namespace, or `<namespace>/<pod name>`.
+/// The principal of a pod: its Kubernetes namespace, or `<namespace>/<pod name>/<pod UID>`.
 fn principal_of(mode: CriPrincipal, meta: Option<&cri::PodSandboxMetadata>) -> Result<String, Status> {
     let Some(m) = meta.filter(|m| !m.namespace.is_empty()) else {
         return Ok(String::new());
     };
     let p = match mode {
         CriPrincipal::Namespace => m.namespace.clone(),
-        CriPrincipal::Pod => format!("{}/{}", m.namespace, m.name),
+        // The pod's UID too: a later pod of the same name (a StatefulSet's, recreated) is
+        // another pod, and holds none of this one's grants.
+        CriPrincipal::Pod if m.uid.is_empty() => format!("{}/{}", m.namespace, m.name),
+        CriPrincipal::Pod => format!("{}/{}/{}", m.namespace, m.name, m.uid),
     };
     if !crate::snapshotter::principal_is_valid(&p) {
         return Err(Status::invalid_argument(format!("pullgate: pod {:?} in namespace {:?} makes no valid principal", m.name, m.namespace)));
@@ -387,7 +390,11 @@ impl Front {
     /// the pods running the public image, whichever was on the node first.
     async fn decide(&self, spec: cri::ImageSpec, principal: &str, pod_name: &str) -> Result<String, Status> {
         let shown = if spec.user_specified_image.is_empty() { spec.image.clone() } else { spec.user_specified_image.clone() };
-        let (diff_ids, names) = self.claimed_layers(spec, &shown).await?;
+        let asked = Reference::parse(&spec.image).ok().map(|r| r.origin());
+        let (diff_ids, mut names) = self.claimed_layers(spec, &shown).await?;
+        // The name the pod asked for is asked first: other names of the image (other tenants'
+        // repositories, pulled through the front) come after it.
+        names.sort_by_key(|(n, _)| Reference::parse(n).ok().map(|r| r.origin()) != asked);
         let mut decided = self.decide_blocking(principal, &diff_ids).await?;
         let mut public_at = None;
         if let Err(SnapshotterError::Gate(crate::gate::GateError::Denied(d))) = &decided {
@@ -524,10 +531,10 @@ impl Front {
     }
 
     /// With `principal = "pod"`, a pod's grants go with its last sandbox: once containerd has
-    /// removed a sandbox and holds no other of the same pod (Kubernetes namespace and name),
-    /// the grants of that principal in `k8s.io` are deleted. A pod of that name created later
-    /// is another pod and pulls for itself, as every pod does under this setting. Pods whose
-    /// status cannot be read before the removal are left alone (their grants stay).
+    /// removed a sandbox and holds no other of the same pod (Kubernetes namespace, name and
+    /// UID), the grants of that principal in `k8s.io` are deleted. Pods whose status cannot be
+    /// read before the removal, or when the pods left cannot be listed, keep their grants
+    /// (logged): a later pod is another principal all the same (its UID differs).
     async fn remove_pod_sandbox(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {
         let req: cri::RemovePodSandboxRequest = decode("RemovePodSandbox", &body)?;
         let status: Result<cri::PodSandboxStatusResponse, _> =
@@ -538,7 +545,7 @@ impl Front {
         let Ok(principal) = principal_of(self.principal, Some(&pod)) else { return Ok(resp) };
         let left: Result<cri::ListPodSandboxResponse, _> = self.call("/runtime.v1.RuntimeService/ListPodSandbox", cri::ListPodSandboxRequest { filter: None }).await;
         match left {
-            Ok(l) if !l.items.iter().any(|p| p.metadata.as_ref().is_some_and(|m| m.namespace == pod.namespace && m.name == pod.name)) => {
+            Ok(l) if !l.items.iter().any(|p| p.metadata.as_ref().is_some_and(|m| m.namespace == pod.namespace && m.name == pod.name && m.uid == pod.uid)) => {
                 let store = self.snap.store_arc().clone();
                 let p = principal.clone();
                 let pruned = tokio::task::spawn_blocking(move || store.write(|tx| crate::ledger::revoke(tx, CRI_NAMESPACE, Some(&p), None))).await;
@@ -725,7 +732,9 @@ mod tests {
     fn principals_and_credentials() {
         let m = cri::PodSandboxMetadata { name: "web-0".into(), uid: "u".into(), namespace: "team-a".into(), attempt: 0 };
         assert_eq!(principal_of(CriPrincipal::Namespace, Some(&m)).unwrap(), "team-a");
-        assert_eq!(principal_of(CriPrincipal::Pod, Some(&m)).unwrap(), "team-a/web-0");
+        assert_eq!(principal_of(CriPrincipal::Pod, Some(&m)).unwrap(), "team-a/web-0/u");
+        let no_uid = cri::PodSandboxMetadata { uid: String::new(), ..m.clone() };
+        assert_eq!(principal_of(CriPrincipal::Pod, Some(&no_uid)).unwrap(), "team-a/web-0");
         assert_eq!(principal_of(CriPrincipal::Pod, None).unwrap(), "");
         let user_of = |a: &cri::AuthConfig| match credential_of(Some(a)) {
             Ok(Some(Credential::Password { user, .. })) => user,

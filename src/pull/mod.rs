@@ -189,22 +189,26 @@ impl Puller {
     /// record's claims and only say where to ask; what counts is the registry's answer there
     /// without a credential and the blobs served there (downloaded and hashed wherever the
     /// endpoint is not one pullgate verified; bytes received without a credential are what
-    /// makes a layer public). The verify records its grant like any other. Returns the first
-    /// name that verified; a failure is logged and not tried again for a minute.
+    /// makes a layer public). The verify records its grant like any other. Names are asked in
+    /// the order given (the caller puts the one the request named first), at most
+    /// `PUBLIC_NAMES` of them asked anew; returns the first that verified. A name the registry
+    /// refused (not one it could not be reached at) is not asked again for a minute, and does
+    /// not count against the others meanwhile: names another tenant added to the image record
+    /// cannot crowd out the image's own.
     pub async fn public_at_own_origin(&self, namespace: &str, principal: &str, names: &[(String, String)], for_pods: bool) -> Option<String> {
         let mut asked = std::collections::HashSet::new();
         for (name, target) in names {
             let Ok(r) = Reference::parse(name) else { continue };
             let pinned = format!("{}@{target}", r.origin());
-            if asked.len() >= PUBLIC_NAMES || !asked.insert(pinned.clone()) {
-                continue;
-            }
             {
                 let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
                 not_public.retain(|_, at| at.elapsed() < PUBLIC_RETRY);
                 if not_public.contains_key(&pinned) {
                     continue;
                 }
+            }
+            if asked.len() >= PUBLIC_NAMES || !asked.insert(pinned.clone()) {
+                continue;
             }
             let Ok(reference) = Reference::parse(&pinned) else { continue };
             let req = Request {
@@ -224,8 +228,9 @@ impl Puller {
                 Ok(_) => return Some(name.clone()),
                 Err(e) => {
                     tracing::info!(%namespace, %principal, name = %pinned, error = %e, "the image is not public at this name's origin (an anonymous verify failed)");
+                    let unreachable = matches!(&e, PullError::Registry(registry::RegistryError::Unavailable { .. }));
                     let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
-                    if not_public.len() < 10_000 {
+                    if !unreachable && not_public.len() < 10_000 {
                         not_public.insert(pinned, std::time::Instant::now());
                     }
                 }

@@ -495,7 +495,11 @@ impl Session {
             Some(false) if own_certificate_refused() => " (pullgate checks a loopback registry's certificate, which containerd does not: put its CA in the registry's hosts directory, or skip_verify = true in its hosts.toml)",
             _ => "",
         };
-        self.unavailable(format!("{}{hint}", error_chain(e)))
+        let at = match e.url() {
+            Some(u) if !same_origin(u, &self.base) => " (at a host the registry redirected to)",
+            _ => "",
+        };
+        self.unavailable(format!("{}{at}{hint}", net_error(e)))
     }
     fn protocol(&self, reason: impl Into<String>) -> RegistryError {
         RegistryError::Protocol { host: self.host.clone(), reason: reason.into() }
@@ -563,8 +567,7 @@ impl Session {
                     // blob store, a CDN) gets no credential, nor does the realm it would name.
                     if !same_origin(resp.url(), &self.base) {
                         return Err(self.protocol(format!(
-                            "{method} {path}: a host the registry redirected to ({}) asks for credentials; pullgate offers them only to the registry itself",
-                            resp.url().host_str().unwrap_or("?")
+                            "{method} {path}: a host the registry redirected to asks for credentials; pullgate offers them only to the registry itself"
                         )));
                     }
                     let challenge = resp
@@ -631,9 +634,9 @@ impl Session {
                 .get(header::LOCATION)
                 .and_then(|v| v.to_str().ok())
                 .ok_or_else(|| self.protocol("redirect without Location"))?;
-            let next = current.join(loc).map_err(|e| self.protocol(format!("bad redirect {loc:?}: {e}")))?;
+            let next = current.join(loc).map_err(|_| self.protocol("a redirect whose Location is not a URL"))?;
             if !matches!(next.scheme(), "http" | "https") {
-                return Err(self.protocol(format!("redirect to unsupported scheme {}", next.scheme())));
+                return Err(self.protocol("a redirect to a URL that is not http(s)"));
             }
             current = next;
         }
@@ -660,9 +663,9 @@ impl Session {
     }
 
     async fn fetch_token(&self, ch: &Challenge, scope: &str) -> Result<String> {
-        let realm = url::Url::parse(&ch.realm).map_err(|e| self.protocol(format!("token realm {:?}: {e}", ch.realm)))?;
+        let realm = url::Url::parse(&ch.realm).map_err(|_| self.protocol("the challenge's token realm is not a URL"))?;
         if !matches!(realm.scheme(), "http" | "https") {
-            return Err(self.protocol(format!("token realm {:?} is not http(s)", ch.realm)));
+            return Err(self.protocol("the challenge's token realm is not an http(s) URL"));
         }
         let service = ch.service.clone().unwrap_or_default();
         let own = url::Url::parse(&self.base).is_ok_and(|b| b.origin() == realm.origin());
@@ -672,7 +675,7 @@ impl Session {
             async move {
                 let r = req.send().await;
                 crate::metrics::record_request("token", r.as_ref().ok().map(|r| r.status().as_u16()));
-                r.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))
+                r.map_err(|e| self.unavailable(format!("token server: {}", net_error(&e))))
             }
         };
         let common = [("service", service.as_str()), ("scope", scope), ("client_id", "pullgate")];
@@ -701,7 +704,7 @@ impl Session {
                 }
                 let r = req.send().await;
                 crate::metrics::record_request("token", r.as_ref().ok().map(|r| r.status().as_u16()));
-                r.map_err(|e| self.unavailable(format!("token server: {}", error_chain(&e))))?
+                r.map_err(|e| self.unavailable(format!("token server: {}", net_error(&e))))?
             }
         };
         match resp.status() {
@@ -714,7 +717,7 @@ impl Session {
     }
 
     /// The token service's answer to a refresh-token grant: the token, or a refusal naming the
-    /// cause (OAuth2's error code and, when it quotes nothing secret, its description).
+    /// cause (OAuth2's error code; never its description, which could carry the secret).
     async fn refresh_answer(&self, resp: reqwest::Response) -> Result<String> {
         let status = resp.status();
         if status.is_success() {
@@ -727,17 +730,12 @@ impl Session {
             return Err(self.unusable(&format!("its token service does not take OAuth2 token requests (HTTP {status} to POST), so it has no refresh-token grant")));
         }
         let body = read_capped(resp, MAX_TOKEN_RESPONSE).await.map_err(|e| self.token_read_error(e))?;
-        let secret = self.cred.as_ref().map(|c| c.secret().expose()).unwrap_or_default();
-        let (code, description) = oauth_error(&body, secret);
-        let told = match (&code, &description) {
-            (Some(c), Some(d)) => format!("{c}: {d}"),
-            (Some(c), None) => c.clone(),
-            (None, _) => format!("HTTP {status}"),
-        };
+        let code = oauth_error(&body);
+        let told = code.clone().unwrap_or_else(|| format!("HTTP {status}"));
         Err(match code.as_deref() {
             Some("unsupported_grant_type") => self.unusable(&format!("its token service does not support the OAuth2 refresh-token grant ({told})")),
-            // Without the token service's description, what the grant's refusal can mean.
-            Some("invalid_grant") | None if description.is_none() && matches!(status, StatusCode::BAD_REQUEST | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+            // What the grant's refusal can mean (the service's own words are not quoted).
+            Some("invalid_grant") | None if matches!(status, StatusCode::BAD_REQUEST | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
                 RegistryError::TokenRefused { host: self.host.clone(), reason: format!("{told} (expired, revoked, or issued for another service or client)") }
             }
             _ => RegistryError::TokenRefused { host: self.host.clone(), reason: told },
@@ -959,7 +957,7 @@ impl BlobReader {
             }
             Some(Err(e)) => {
                 self.done = true;
-                Err(RegistryError::Unavailable { host: self.host.clone(), reason: format!("blob {}: {}", self.digest, error_chain(&e)) })
+                Err(RegistryError::Unavailable { host: self.host.clone(), reason: format!("blob {}: {}", self.digest, net_error(&e)) })
             }
             None => {
                 self.done = true;
@@ -996,7 +994,7 @@ async fn read_capped(resp: reqwest::Response, cap: usize) -> std::result::Result
     let mut out = Vec::new();
     let mut stream = resp.bytes_stream();
     while let Some(c) = stream.next().await {
-        let c = c.map_err(|e| ReadError::Net(error_chain(&e)))?;
+        let c = c.map_err(|e| ReadError::Net(net_error(&e)))?;
         if out.len() + c.len() > cap {
             return Err(ReadError::TooLarge(cap));
         }
@@ -1005,9 +1003,6 @@ async fn read_capped(resp: reqwest::Response, cap: usize) -> std::result::Result
     Ok(out)
 }
 
-/// An OAuth2 error answer (RFC 6749 5.2): its `error` code and `error_description`, each only
-/// when it is short printable text that does not hold `secret` (a token service may echo what
-/// it was sent; messages never quote a credential).
 /// Whether `url` is at the origin (scheme, host, port) of the endpoint base URL `base`.
 fn same_origin(url: &reqwest::Url, base: &str) -> bool {
     url::Url::parse(base).is_ok_and(|b| b.origin() == url.origin())
@@ -1016,53 +1011,17 @@ fn same_origin(url: &reqwest::Url, base: &str) -> bool {
 /// The OAuth2 error codes (RFC 6749 5.2) a token service's refusal is reported by.
 const OAUTH_ERRORS: [&str; 6] = ["invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type", "invalid_scope"];
 
-/// A token service's refusal, as far as it can be repeated: its `error` when it is one of the
-/// OAuth2 codes, and its `error_description` when it is short printable ASCII that shares no run
-/// of 8 characters with the secret as sent, percent-encoded, or in another case (a service may
-/// echo what it was sent, encoded or cut).
-fn oauth_error(body: &[u8], secret: &str) -> (Option<String>, Option<String>) {
+/// The OAuth2 error code of a token service's refusal, when it is one of the codes RFC 6749
+/// defines. Its `error_description` is never quoted: the service was sent the secret, and free
+/// text can carry it (in pieces, spelled out, encoded) into the refusal a client, kubelet's
+/// events and logs show; the code says the cause, and pullgate adds what it can mean.
+fn oauth_error(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct OAuthError {
         error: Option<String>,
-        error_description: Option<String>,
     }
-    let Ok(e) = serde_json::from_slice::<OAuthError>(body) else { return (None, None) };
-    let code = e.error.filter(|c| OAUTH_ERRORS.contains(&c.as_str()));
-    let description = e.error_description.filter(|s| plain_words(s) && !echoes(s, secret));
-    (code, description)
-}
-
-/// Whether a token service's `error_description` is words a person reads ("the refresh token has
-/// been revoked"): at most 200 characters of ASCII letters, spaces and sentence punctuation, no
-/// digits. The service was sent the secret: a description holding digits, mixed-case runs or
-/// encodings (base64, hex) could carry it, in pieces or disguised, into the refusal a client,
-/// kubelet's events and logs show. Anything else is not quoted (the error code still is).
-fn plain_words(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 200 && s.chars().all(|c| c.is_ascii_alphabetic() || " .,:;'()-".contains(c))
-}
-
-/// Whether `text` repeats 8 or more consecutive characters of `secret`, ignoring case: as it
-/// is, percent-encoded (form or URL encoding), or with everything but letters and digits taken
-/// out of both (pieces of it with spaces or punctuation between), forwards or reversed.
-fn echoes(text: &str, secret: &str) -> bool {
-    const RUN: usize = 8;
-    if secret.is_empty() {
-        return false;
-    }
-    let squash = |t: &str| t.chars().filter(char::is_ascii_alphanumeric).collect::<String>().to_ascii_lowercase();
-    let text = text.to_ascii_lowercase();
-    let (squashed, reversed) = (squash(&text), squash(&text).chars().rev().collect::<String>());
-    let encoded: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
-    let pct = encoded.replace('+', "%20");
-    let repeats = |text: &str, form: &str| {
-        let chars: Vec<char> = form.chars().collect();
-        if chars.len() < RUN {
-            return !form.is_empty() && text.contains(form);
-        }
-        chars.windows(RUN).any(|w| text.contains(&w.iter().collect::<String>()))
-    };
-    [secret.to_string(), encoded, pct].iter().any(|form| repeats(&text, &form.to_ascii_lowercase()))
-        || [&squashed, &reversed].iter().any(|t| repeats(t, &squash(secret)))
+    let e = serde_json::from_slice::<OAuthError>(body).ok()?;
+    e.error.filter(|c| OAUTH_ERRORS.contains(&c.as_str()))
 }
 
 /// Whether a request over https to an http server with TLS settings goes to the server as
@@ -1094,6 +1053,17 @@ fn causes<'a>(e: &'a (dyn std::error::Error + 'static)) -> impl Iterator<Item = 
         Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
         None => x.source(),
     })
+}
+
+/// A failed request's error, without the URL it was for: a registry chooses the URLs it
+/// redirects to (and the token realms it names), and may write into one what it was just sent
+/// (a password, a token), for the refusal to show it. Messages name the registry instead.
+fn net_error(e: &reqwest::Error) -> String {
+    let s = error_chain(e);
+    match e.url() {
+        Some(u) => s.replace(&format!(" for url ({u})"), "").replace(u.as_str(), "(a URL)"),
+        None => s,
+    }
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -1145,23 +1115,14 @@ pub fn parse_platform(p: &str) -> std::result::Result<(String, String, Option<St
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_token_services_description_is_quoted_only_as_plain_words_that_repeat_no_secret() {
-        let secret = "ZqX8vT2mK9pL4wR7nB3cYd6F";
-        let desc = |d: &str| oauth_error(format!("{{\"error\":\"invalid_grant\",\"error_description\":{}}}", serde_json::json!(d)).as_bytes(), secret);
-        assert_eq!(desc("the refresh token has been revoked"), (Some("invalid_grant".into()), Some("the refresh token has been revoked".into())));
-        assert_eq!(desc("token issued for service other-service").1.as_deref(), Some("token issued for service other-service"));
-        // The secret in pieces, base64, reversed, hex: none is quoted.
-        for echoed in ["ZqX8vT2 mK9pL4w R7nB3cY d6F", "token WnFYOHZUMm1LOXBMNHdSN25CM2NZZDZG", "reversed F6dYc3Bn7Rw4Lp9Km2Tv8XqZ", "5a7158387654"] {
-            assert_eq!(desc(echoed), (Some("invalid_grant".into()), None), "{echoed}");
-        }
-        // A secret of letters only, in pieces or reversed, is caught by the repeat check.
-        let letters = "abcdefghijklmnop";
-        let quoted = |d: &str| oauth_error(format!("{{\"error\":\"invalid_grant\",\"error_description\":\"{d}\"}}").as_bytes(), letters).1;
-        assert_eq!(quoted("bad abcd efgh ijkl"), None);
-        assert_eq!(quoted("bad ponm lkji hgfe"), None);
-        assert_eq!(quoted("the grant is invalid").as_deref(), Some("the grant is invalid"));
+    fn a_token_services_refusal_is_told_by_its_error_code_alone() {
+        // The description is never quoted, whatever it holds (the secret in pieces, spelled out).
+        let body = |d: &str| format!("{{\"error\":\"invalid_grant\",\"error_description\":{}}}", serde_json::json!(d));
+        assert_eq!(oauth_error(body("ZqX and eight and vT and two").as_bytes()), Some("invalid_grant".into()));
+        assert_eq!(oauth_error(body("the refresh token has been revoked").as_bytes()), Some("invalid_grant".into()));
         // An unknown error code is not quoted either.
-        assert_eq!(oauth_error(br#"{"error":"ZqX8vT2mK9pL4wR7","error_description":"x"}"#, secret).0, None);
+        assert_eq!(oauth_error(br#"{"error":"ZqX8vT2mK9pL4wR7","error_description":"x"}"#), None);
+        assert_eq!(oauth_error(b"not json"), None);
     }
 
     use super::*;

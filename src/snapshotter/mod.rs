@@ -299,17 +299,22 @@ pub fn validate_key(what: &str, key: &str) -> Result<()> {
 }
 
 /// A principal names a pod or workload inside a namespace: printable, no whitespace, at most
-/// 253 bytes; `/` separates parts (the CRI front's `<namespace>/<pod>`), none empty, `.` or `..`.
+/// `MAX_PRINCIPAL` bytes; `/` separates parts (the CRI front's `<namespace>/<pod>/<uid>`), none
+/// empty, `.` or `..`.
 pub fn principal_is_valid(p: &str) -> bool {
-    p.len() <= 253
+    p.len() <= MAX_PRINCIPAL
         && !p.chars().any(|c| c.is_control() || c.is_whitespace())
         && (p.is_empty() || p.split('/').all(|part| !part.is_empty() && part != "." && part != ".."))
 }
 
+/// The longest principal: a Kubernetes namespace (63), a pod's name (253) and its UID (36),
+/// with their separators.
+pub const MAX_PRINCIPAL: usize = 360;
+
 pub fn validate_principal(p: &str) -> Result<()> {
     if !principal_is_valid(p) {
         return Err(SnapshotterError::InvalidArgument(format!(
-            "invalid principal {:?}: at most 253 printable characters, no whitespace, no empty, '.' or '..' part between '/'",
+            "invalid principal {:?}: at most 360 printable characters, no whitespace, no empty, '.' or '..' part between '/'",
             crate::reference::excerpt(p)
         )));
     }
