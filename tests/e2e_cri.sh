@@ -39,7 +39,8 @@
 #      serving the same bytes: after team-a pulls the private name through the front (or before
 #      the preload), pods without a secret still run the public name (pullgate verifies it at
 #      its own origin without a credential, and says so in its log); the private image of 2
-#      stays refused to them.
+#      stays refused to them; a tenant naming the same bytes in four private repositories of
+#      its own (their names listed first) takes nothing from them.
 # The registries of 4 and 14 serve TLS with this run's CA (use_tls_registries): what spares a
 # download is an endpoint pullgate verified.
 # About a minute per containerd version.
@@ -56,6 +57,8 @@ TOKMSG="private app behind a token service"
 IMPMSG="private app of team-a at a plain-http registry"
 DUPMSG="public app also served privately"
 DUP2MSG="another public app also served privately"
+DUP3MSG="a third public app, named privately by a tenant"
+PW_MAL=mallory-Cri-6q1z
 PRIVMSG="private app of team-a"
 REFUSED='pullgate refused pod'
 
@@ -68,6 +71,7 @@ mk "$WORK/priv" --tag v1 --message "$PRIVMSG" --extra-layers 1 --layer-mb 0.2 --
 mk "$WORK/tpriv" --tag v1 --message "$TOKMSG" --extra-layers 1 --layer-mb 0.1 --seed 31
 mk "$WORK/dup" --tag v1 --message "$DUPMSG" --extra-layers 1 --layer-mb 0.1 --seed 51
 mk "$WORK/dup2" --tag v1 --message "$DUP2MSG" --extra-layers 1 --layer-mb 0.1 --seed 53
+mk "$WORK/dup3" --tag v1 --message "$DUP3MSG" --extra-layers 1 --layer-mb 0.1 --seed 55
 mk "$WORK/ipriv" --tag v1 --message "$IMPMSG" --extra-layers 1 --layer-mb 0.1 --seed 41
 start_registry pub || exit 1
 start_registry imp htpasswd alice "$PW_ALICE" || exit 1
@@ -87,6 +91,16 @@ push_image "$WORK/pause" v1 "$PAUSE" || fail "push the sandbox image"
 push_image "$WORK/pub" v1 "$PUB" || fail "push the public image"
 push_image "$WORK/priv" v1 "$PRIV" "alice:$PW_ALICE" || fail "push the private image"
 push_image "$WORK/tpriv" v1 "$TPRIV" "admin:$PW_ADMIN" || fail "push the token registry's private image"
+# A tenant's own registry (mallory's), on a port whose name sorts before the public registry's:
+# CRI lists an image's names sorted, so names there come first (16).
+for try in $(seq 1 40); do
+  start_registry x htpasswd mallory "$PW_MAL" || exit 1
+  [[ "$REG_x" < "$REG_pub" ]] && break
+  kill "${LAUNCHED[0]}"; rm -rf "$WORK/registry-x" "$REG_HOSTS/$REG_x"
+done
+[[ "$REG_x" < "$REG_pub" ]] || fail "16: no port for mallory's registry sorting before $REG_pub in 40 tries"
+push_image "$WORK/dup3" v1 "$REG_pub/public/dup3:v1" || fail "push dup3 publicly"
+for i in 1 2 3 4; do push_image "$WORK/dup3" v1 "$REG_x/aaa$i/dup3:v1" "mallory:$PW_MAL" || fail "push dup3 to mallory's aaa$i"; done
 # The same images public (anonymous registry) and private (htpasswd registry).
 for i in dup dup2; do
   push_image "$WORK/$i" v1 "$REG_pub/public/$i:v1" && push_image "$WORK/$i" v1 "$REG_h/private/$i:v1" "alice:$PW_ALICE" || fail "push $i publicly and privately"
@@ -109,7 +123,7 @@ JSON
 fi
 # (No [namespaces."k8s.io"] table in pullgate's config: with the CRI front on, k8s.io requires a
 # principal by default.)
-start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_h" "$REG_bad" "$REG_t" "$REG_imp" || exit 1
+start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_h" "$REG_bad" "$REG_t" "$REG_imp" "$REG_x" || exit 1
 check "pullgate's CRI socket is readable by root only" test "$(stat -c %a "$PG/cri.sock")" = 600
 
 front() { "$CRI_BIN" --socket "$PG/cri.sock" "$@"; }
@@ -788,6 +802,18 @@ check_out "16: team-a pulls the private name of another image first" '"image_ref
 check "16: then the node preloads its public name (containerd's own CRI pull)" direct PullImage "{\"image\":{\"image\":\"$REG_pub/public/dup2:v1\"}}"
 run_pod front pre-3 team-p3 || fail "16: RunPodSandbox team-p3/pre-3"
 check_out "16: team-p3's pod, without a secret, runs the public name" "$DUP2MSG" run_in front pre-3 team-p3 "$SID" p3 "$REG_pub/public/dup2:v1"
+
+# A tenant names the public image's bytes in four repositories of its own (private, sorting
+# before the public name): the pod asking for the public name still runs it.
+check "16: the node preloads $REG_pub/public/dup3:v1 (containerd's own CRI pull)" direct PullImage "{\"image\":{\"image\":\"$REG_pub/public/dup3:v1\"}}"
+run_pod front mal-1 team-m || fail "16: RunPodSandbox team-m/mal-1"
+for i in 1 2 3 4; do
+  check "16: team-m pulls the same bytes as $REG_x/aaa$i/dup3:v1 with its own secret" pull_as mal-1 team-m "$REG_x/aaa$i/dup3:v1" "mallory:$PW_MAL"
+done
+names=$(front ImageStatus "{\"image\":{\"image\":\"$REG_pub/public/dup3:v1\"}}" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["image"]["repo_tags"]))')
+check "16: the image's names list team-m's four first ($names)" test "$(awk '{print $5}' <<<"$names")" = "$REG_pub/public/dup3:v1"
+run_pod front pre-4 team-p4 || fail "16: RunPodSandbox team-p4/pre-4"
+check_out "16: team-p4's pod, without a secret, runs the public name all the same (its own name is asked first)" "$DUP3MSG" run_in front pre-4 team-p4 "$SID" p4 "$REG_pub/public/dup3:v1"
 
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
 PATS=$WORK/secret-patterns
