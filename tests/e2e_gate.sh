@@ -26,6 +26,7 @@ mk "$WORK/unprobed" --tag v1 --message "unprobed app" --extra-layers 1 --layer-m
 DUPMSG="public app also served privately"
 mk "$WORK/dup" --tag v1 --message "$DUPMSG" --extra-layers 1 --layer-mb 0.1 --seed 61
 mk "$WORK/dup2" --tag v1 --message "$DUPMSG (2)" --extra-layers 1 --layer-mb 0.1 --seed 63
+mk "$WORK/dup4" --tag v1 --message "$DUPMSG (4)" --extra-layers 1 --layer-mb 0.1 --seed 65
 start_registry pub || exit 1
 # The private images' registries serve TLS (use_tls_registries): what spares a download (5, 5b,
 # 13) is an endpoint pullgate verified. The public one stays plain http.
@@ -54,7 +55,7 @@ ORIGIN_tm=$ORIGIN_SCHEME$REG_t/private/mirror
 push_image "$WORK/pub" v1 "$PUB" "" --all && push_image "$WORK/pre" v1 "$PRE" && push_image "$WORK/priv" v1 "$HPRIV" "alice:$PW_ALICE" \
   && push_image "$WORK/priv" v1 "$TPRIV" "admin:$PW_ADMIN" && push_image "$WORK/probed" v1 "$PROBED" "admin:$PW_ADMIN" \
   && push_image "$WORK/unprobed" v1 "$UNPROBED" "admin:$PW_ADMIN" || { fail "push test images"; exit 1; }
-for i in dup dup2; do
+for i in dup dup2 dup4; do
   push_image "$WORK/$i" v1 "$REG_pub/public/$i:v1" && push_image "$WORK/$i" v1 "$REG_h/private/$i:v1" "alice:$PW_ALICE" || fail "push $i publicly and privately"
 done
 PG=$WORK/pullgate
@@ -551,6 +552,15 @@ check_refused "B's run of the image it stole in 3 is still refused (its name ver
 check "A pulls the private name of another image first" pg pull -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_h/private/dup2:v1"
 check "plain ctr fetches its public name into P10 (a record, nothing unpacked)" ctr_ -n P10 content fetch --plain-http "$REG_pub/public/dup2:v1"
 check_out "P10's ctr run unpacks and runs it" "$DUPMSG (2)" run_img P10 d3 "$REG_pub/public/dup2:v1"
+# Under AlwaysVerify too: the layers pullgate knows as private are verified at the public
+# name's own origin, without a credential, and the public image runs.
+restart_pullgate $'[policy]\nverification = "AlwaysVerify"' || exit 1
+check "AlwaysVerify: A pulls the private name of a fourth image" pg pull -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_h/private/dup4:v1"
+check "AlwaysVerify: plain ctr fetches its public name into P12" ctr_ -n P12 content fetch --plain-http "$REG_pub/public/dup4:v1"
+check_out "AlwaysVerify: P12's ctr run unpacks and runs it" "$DUPMSG (4)" run_img P12 d5 "$REG_pub/public/dup4:v1"
+check_refused "AlwaysVerify: P12's plain ctr pull of A's private image is still refused" "$DENIED \"P12\"" "$LEAK" \
+  ctr_ -n P12 images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$HPRIV"
+restart_pullgate || exit 1
 
 log "9. SIGKILL pullgate and restart containerd: grants, tags and refusals are kept"
 # Each "unchanged" compares two answers that must first be real ones: two failed (empty) answers
