@@ -29,11 +29,11 @@ pub enum DocumentError {
     Json { what: &'static str, reason: String },
     #[error("{what} has key {key:?} at {path}, which containerd reads as field {field:?} (Go matches keys case-insensitively) and pullgate would not; refusing a document that means two things")]
     CaseVariant { what: &'static str, path: String, key: String, field: &'static str },
-    #[error("{what} repeats key {key:?} at {path} (containerd keeps the last one); refusing a document that means two things")]
+    #[error("{what} repeats key {key} at {path} (containerd keeps the last one); refusing a document that means two things")]
     Duplicate { what: &'static str, path: String, key: String },
-    #[error("{what} says its media type is {inner:?}, but it was served or stored as {declared:?}")]
+    #[error("{what} says its media type is {inner}, but it was served or stored as {declared}")]
     MediaType { what: &'static str, inner: String, declared: String },
-    #[error("{what} was served or stored as media type {declared:?}, which containerd does not read as an image manifest or index")]
+    #[error("{what} was served or stored as media type {declared}, which containerd does not read as an image manifest or index")]
     UnknownMediaType { what: &'static str, declared: String },
     #[error("{what} of media type {declared:?} has a {field:?} field that only another kind of document has")]
     WrongKind { what: &'static str, declared: String, field: &'static str },
@@ -266,7 +266,7 @@ impl Checker {
                         return Err(DocumentError::CaseVariant { what: self.what, path: path.to_string(), key: key.clone(), field });
                     }
                     if std::mem::replace(&mut seen[i], true) {
-                        return Err(DocumentError::Duplicate { what: self.what, path: path.to_string(), key: key.clone() });
+                        return Err(DocumentError::Duplicate { what: self.what, path: path.to_string(), key: shown_key(key) });
                     }
                     self.check(value, inner, &format!("{path}.{field}"))?;
                 }
@@ -281,14 +281,50 @@ impl Checker {
         let mut keys: Vec<&str> = kv.iter().map(|(k, _)| k.as_str()).collect();
         keys.sort_unstable();
         match keys.windows(2).find(|w| w[0] == w[1]) {
-            Some(w) => Err(DocumentError::Duplicate { what: self.what, path: path.to_string(), key: w[0].to_string() }),
+            Some(w) => Err(DocumentError::Duplicate { what: self.what, path: path.to_string(), key: shown_key(w[0]) }),
             None => Ok(()),
         }
     }
 }
 
+/// What a refusal says of a document it could not read into containerd's types: never the
+/// parser's message, which may quote the document's values.
+const NOT_READ: &str = "a field holds a value of another type or form than containerd reads there";
+
+// What a refusal quotes of a document. A registry chooses its documents' keys, media types and
+// values, and may write into them what it was just sent (a password, a token): only words of
+// the formats' own vocabulary are quoted, anything else is described.
+
+/// A media type as a refusal shows it: quoted when it is one of the formats' own.
+fn shown_media_type(t: &str) -> String {
+    const KNOWN: [&str; 8] = [OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST, "application/json", "application/vnd.oci.image.config.v1+json", "application/vnd.docker.container.image.v1+json", "application/vnd.docker.distribution.manifest.v1+json"];
+    match t {
+        "" => "(none)".into(),
+        t if KNOWN.contains(&t) => format!("{t:?}"),
+        t => format!("(another, of {} characters)", t.chars().count()),
+    }
+}
+
+/// A key as a refusal shows it: quoted when it is, but for case, a field of the formats.
+fn shown_key(k: &str) -> String {
+    const FIELDS: [&str; 24] = [
+        "schemaversion", "mediatype", "config", "layers", "manifests", "annotations", "digest", "size", "urls", "platform", "architecture", "os",
+        "os.version", "os.features", "variant", "features", "subject", "artifacttype", "rootfs", "diff_ids", "history", "created", "data", "fslayers",
+    ];
+    match FIELDS.contains(&k.to_ascii_lowercase().as_str()) {
+        true => format!("{k:?}"),
+        false => format!("(one of {} characters)", k.chars().count()),
+    }
+}
+
+/// Where a document stopped being JSON, and the kind of fault: never serde_json's message,
+/// which may quote the document's text.
+fn json_reason(e: &serde_json::Error) -> String {
+    format!("{:?} fault at line {} column {}", e.classify(), e.line(), e.column()).to_lowercase()
+}
+
 fn read(what: &'static str, bytes: &[u8], shape: Shape) -> Result<Node> {
-    let node: Node = serde_json::from_slice(bytes).map_err(|e| DocumentError::Json { what, reason: e.to_string() })?;
+    let node: Node = serde_json::from_slice(bytes).map_err(|e| DocumentError::Json { what, reason: json_reason(&e) })?;
     Checker { what }.check(&node, shape, "$")?;
     Ok(node)
 }
@@ -318,10 +354,10 @@ fn top(bytes: &[u8], declared: &str) -> Result<(String, Node)> {
     // containerd reads a document by the media type it was served or stored as, and reads no
     // other kind (its images.Manifest: "unexpected media type"), whatever the document says.
     if !matches!(declared, OCI_INDEX | OCI_MANIFEST | DOCKER_LIST | DOCKER_MANIFEST) {
-        return Err(DocumentError::UnknownMediaType { what, declared: declared.to_string() });
+        return Err(DocumentError::UnknownMediaType { what, declared: shown_media_type(declared) });
     }
     if !inner.is_empty() && inner != declared {
-        return Err(DocumentError::MediaType { what, inner: inner.to_string(), declared: declared.to_string() });
+        return Err(DocumentError::MediaType { what, inner: shown_media_type(inner), declared: shown_media_type(declared) });
     }
     let kind = declared.to_string();
     // containerd refuses a document with `fsLayers` (schema 1, not supported) even empty.
@@ -338,7 +374,7 @@ pub fn manifest(bytes: &[u8], declared: &str) -> Result<oci_spec::image::ImageMa
     if is_index(&kind) {
         return Err(DocumentError::WrongKind { what: "image manifest", declared: kind, field: "manifests" });
     }
-    let m = oci_spec::image::ImageManifest::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "image manifest", reason: e.to_string() })?;
+    let m = oci_spec::image::ImageManifest::from_reader(bytes).map_err(|_| DocumentError::Parse { what: "image manifest", reason: NOT_READ.into() })?;
     sizes_fit("image manifest", std::iter::once(m.config()).chain(m.layers()))?;
     Ok(m)
 }
@@ -357,7 +393,7 @@ pub fn index(bytes: &[u8], declared: &str) -> Result<oci_spec::image::ImageIndex
     if !is_index(&kind) {
         return Err(DocumentError::WrongKind { what: "index", declared: kind, field: "config" });
     }
-    let mut idx = oci_spec::image::ImageIndex::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "index", reason: e.to_string() })?;
+    let mut idx = oci_spec::image::ImageIndex::from_reader(bytes).map_err(|_| DocumentError::Parse { what: "index", reason: NOT_READ.into() })?;
     sizes_fit("index", idx.manifests().iter())?;
     platforms_as_go_reads_them(&mut idx, &node)?;
     Ok(idx)
@@ -410,7 +446,7 @@ pub fn config(bytes: &[u8]) -> Result<oci_spec::image::ImageConfiguration> {
             Some(_) => return Err(DocumentError::Parse { what: "image config", reason: "a \"created\" time containerd cannot read (RFC 3339)".into() }),
         }
     }
-    oci_spec::image::ImageConfiguration::from_reader(bytes).map_err(|e| DocumentError::Parse { what: "image config", reason: e.to_string() })
+    oci_spec::image::ImageConfiguration::from_reader(bytes).map_err(|_| DocumentError::Parse { what: "image config", reason: NOT_READ.into() })
 }
 
 /// An RFC 3339 time as Go's time.Time reads it on its strict path
@@ -538,7 +574,8 @@ pub fn select_platform<'a>(idx: &'a oci_spec::image::ImageIndex, os: &str, arch:
     // An entry of this OS and architecture naming OS features: containerd 2.4 passes over it
     // (its matcher wants them among the node's, which are none), 1.7 and 2.1 choose it.
     if let Some(p) = idx.manifests().iter().filter_map(|d| d.platform().as_ref()).find(|p| same_os_arch(p, os, arch) && p.os_features().as_ref().is_some_and(|f| !f.is_empty())) {
-        return Err(DocumentError::OsFeatures { platform: format!("{}/{}", p.os(), p.architecture()) });
+        let _ = p;
+        return Err(DocumentError::OsFeatures { platform: format!("{os}/{arch}") });
     }
     for d in idx.manifests() {
         if d.platform().as_ref().is_some_and(|p| platform_matches(p, os, arch, variant)) && !found.iter().any(|f| f.digest() == d.digest()) {
@@ -623,6 +660,25 @@ mod tests {
             r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{LAYER}","size":1}},"layers":[{}]{extra}}}"#,
             desc(LAYER)
         )
+    }
+
+    /// A refusal quotes no key, media type or text of the document outside the formats' own
+    /// words: a registry may write into them what it was just sent.
+    #[test]
+    fn refusals_quote_only_the_formats_own_words() {
+        let secret = "Zk7secretPW9x";
+        let msg = |e: DocumentError| e.to_string();
+        let dup = format!(r#"{{"schemaVersion":2,"{secret}":1,"{secret}":2}}"#);
+        assert!(!msg(manifest(dup.as_bytes(), OCI_MANIFEST).unwrap_err()).contains(secret));
+        assert!(!msg(media_type_of(b"{}", &format!("application/vnd.leak.{secret}")).unwrap_err()).contains(secret));
+        let inner = format!(r#"{{"mediaType":"application/vnd.{secret}"}}"#);
+        assert!(!msg(media_type_of(inner.as_bytes(), OCI_MANIFEST).unwrap_err()).contains(secret));
+        let bad_json = format!(r#"{{"schemaVersion":2,"x":"{secret}" "#);
+        assert!(!msg(media_type_of(bad_json.as_bytes(), OCI_MANIFEST).unwrap_err()).contains(secret));
+        let wrong_type = format!(r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","config":{{"mediaType":"a","digest":"{secret}","size":1}},"layers":[]}}"#);
+        assert!(!msg(manifest(wrong_type.as_bytes(), OCI_MANIFEST).unwrap_err()).contains(secret));
+        // The formats' own words are quoted: a known key, a known media type.
+        assert!(msg(media_type_of(b"{}", "application/json").unwrap_err()).contains("\"application/json\""));
     }
 
     /// The same bytes read both ways: what serde alone makes of them, and what this module says.

@@ -385,9 +385,9 @@ fn log_protected(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
     tx.put_val(Collection::ProtectedLog, &log_key(next), &diff_id.to_string())
 }
 
-/// Set once the grant layer index (`Collection::GrantLayers`) was built; and the number of
-/// grants it was kept for (a grant written or removed by a version without the index changes
-/// the number of grants, and the index is built again at the next start).
+/// Set once the grant layer index (`Collection::GrantLayers`) was built; and which grants it was
+/// kept for (the XOR of a share of each grant's key: a grant written or removed by a version
+/// without the index changes it, and the index is built again at the next start).
 const GRANT_LAYERS: &str = "ledger_grant_layers_built";
 const GRANTS_INDEXED: &str = "ledger_grants_indexed";
 
@@ -551,15 +551,22 @@ pub fn put_grant(tx: &mut WriteTx, ns: &str, principal: &str, origin: &str, mani
         tx.put_val(Collection::GrantLayers, &key(&[ns, d, principal, origin, manifest]), &())?;
     }
     if new {
-        set_grant_count(tx, 1)?;
+        toggle_indexed(tx, &k)?;
     }
     Ok(())
 }
 
-/// The number of grants the layer index was kept for (`GRANTS_INDEXED`), moved by `delta`.
-fn set_grant_count(tx: &mut WriteTx, delta: i64) -> Result<(), StoreError> {
+/// A grant key's share of `GRANTS_INDEXED`: the first 8 bytes of its SHA-256.
+fn key_share(k: &str) -> u64 {
+    let h = Sha256::digest(k.as_bytes());
+    u64::from_le_bytes([h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]])
+}
+
+/// Adds or takes grant key `k` in the set the layer index was kept for (`GRANTS_INDEXED`, the
+/// XOR of every grant key's share).
+fn toggle_indexed(tx: &mut WriteTx, k: &str) -> Result<(), StoreError> {
     let n = tx.counter(GRANTS_INDEXED)?;
-    tx.set_counter(GRANTS_INDEXED, n.saturating_add_signed(delta))
+    tx.set_counter(GRANTS_INDEXED, n ^ key_share(k))
 }
 
 /// The grants of `ns` whose manifest contains layer `diff_id` (any principal), read through
@@ -617,10 +624,11 @@ fn indexed_layers(tx: &impl LedgerRead, g: &GrantEntry) -> Result<Vec<String>, S
 
 /// Builds the layer index from the grants, when it was not kept for exactly these grants (a
 /// ledger from before the index, or one an earlier version changed grants in since): every
-/// entry is written again from the grants themselves.
+/// entry is written again from the grants themselves. Reads every grant key at each start.
 fn index_grant_layers(tx: &mut WriteTx) -> Result<(), StoreError> {
     let all = grants(tx, None)?;
-    if tx.counter(GRANTS_INDEXED)? == all.len() as u64 && tx.counter(GRANT_LAYERS)? > 0 {
+    let kept_for = all.iter().fold(0u64, |x, g| x ^ key_share(g.key()));
+    if tx.counter(GRANTS_INDEXED)? == kept_for && tx.counter(GRANT_LAYERS)? > 0 {
         return Ok(());
     }
     tx.clear(Collection::GrantLayers)?;
@@ -629,7 +637,7 @@ fn index_grant_layers(tx: &mut WriteTx) -> Result<(), StoreError> {
             tx.put_val(Collection::GrantLayers, &key(&[g.namespace(), &d, g.principal(), g.origin(), g.manifest()]), &())?;
         }
     }
-    tx.set_counter(GRANTS_INDEXED, all.len() as u64)?;
+    tx.set_counter(GRANTS_INDEXED, kept_for)?;
     tx.set_counter(GRANT_LAYERS, 1)
 }
 
@@ -663,7 +671,7 @@ pub fn revoke(tx: &mut WriteTx, ns: &str, principal: Option<&str>, origin: Optio
             tx.delete_val(Collection::GrantLayers, &key(&[ns, &d, g.principal(), g.origin(), g.manifest()]))?;
         }
         if tx.delete_val(Collection::Grants, &g.key)? {
-            set_grant_count(tx, -1)?;
+            toggle_indexed(tx, &g.key)?;
         }
         n += 1;
     }
@@ -712,7 +720,8 @@ mod tests {
         s.write(|tx| revoke(tx, "ns", Some("p1"), None)).unwrap();
         assert_eq!(with('a'), ["p2"]);
         s.write(|tx| -> Result<(), StoreError> {
-            assert_eq!(tx.counter(GRANTS_INDEXED)?, 2);
+            let keys = [key(&["ns", "p2", "reg/app", &d('m')]), key(&["other", "p1", "reg/app", &d('m')])];
+            assert_eq!(tx.counter(GRANTS_INDEXED)?, key_share(&keys[0]) ^ key_share(&keys[1]));
             assert_eq!(tx.scan::<()>(Collection::GrantLayers, "")?.len(), 4);
             Ok(())
         })
@@ -728,6 +737,16 @@ mod tests {
         s.write(upgrade).unwrap();
         assert_eq!(with('a'), ["p2", "p3"]);
         assert_eq!(with('b'), ["p2", "p3"]);
+        // Such a version revoking one grant and writing another (the same number of grants):
+        // the index is built again all the same.
+        s.write(|tx| -> Result<(), StoreError> {
+            tx.delete_val(Collection::Grants, &key(&["ns", "p2", "reg/app", &d('m')]))?;
+            let g = Grant { identity: "id".into(), verified_at: 1, layers: vec![], served: vec![] };
+            tx.put_val(Collection::Grants, &key(&["ns", "p4", "reg/app", &d('m')]), &g)
+        })
+        .unwrap();
+        s.write(upgrade).unwrap();
+        assert_eq!(with('a'), ["p3", "p4"]);
     }
 
     #[test]

@@ -813,7 +813,10 @@ done
 names=$(front ImageStatus "{\"image\":{\"image\":\"$REG_pub/public/dup3:v1\"}}" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["image"]["repo_tags"]))')
 check "16: the image's names list team-m's four first ($names)" test "$(awk '{print $5}' <<<"$names")" = "$REG_pub/public/dup3:v1"
 run_pod front pre-4 team-p4 || fail "16: RunPodSandbox team-p4/pre-4"
-check_out "16: team-p4's pod, without a secret, runs the public name all the same (its own name is asked first)" "$DUP3MSG" run_in front pre-4 team-p4 "$SID" p4 "$REG_pub/public/dup3:v1"
+# As kubelet asks: the image's ID, and the pod's own name as user_specified_image.
+DUP3_ID=$(front ImageStatus "{\"image\":{\"image\":\"$REG_pub/public/dup3:v1\"}}" | jget image.id)
+check_out "16: team-p4's pod, without a secret, runs the public name all the same (its own name is asked first)" "$DUP3MSG" \
+  run_in front pre-4 team-p4 "$SID" p4 "$DUP3_ID\",\"user_specified_image\":\"$REG_pub/public/dup3:v1"
 
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
 PATS=$WORK/secret-patterns

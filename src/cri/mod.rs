@@ -390,7 +390,9 @@ impl Front {
     /// the pods running the public image, whichever was on the node first.
     async fn decide(&self, spec: cri::ImageSpec, principal: &str, pod_name: &str) -> Result<String, Status> {
         let shown = if spec.user_specified_image.is_empty() { spec.image.clone() } else { spec.user_specified_image.clone() };
-        let asked = Reference::parse(&spec.image).ok().map(|r| r.origin());
+        // kubelet sends the image's ID in `image` and the pod's own name in
+        // `user_specified_image` (possibly short, as Docker reads it: `nginx:1.25`).
+        let asked = [&spec.user_specified_image, &spec.image].into_iter().find_map(|n| parse_as_docker(n).map(|r| r.origin()));
         let (diff_ids, mut names) = self.claimed_layers(spec, &shown).await?;
         // The name the pod asked for is asked first: other names of the image (other tenants'
         // repositories, pulled through the front) come after it.
@@ -568,6 +570,23 @@ impl Front {
     }
 }
 
+/// An image name as containerd's CRI normalizes it (Docker's short forms: `nginx`,
+/// `library/nginx:1` and `team/app` are Docker Hub's); None for an image ID or a name that does
+/// not parse.
+fn parse_as_docker(name: &str) -> Option<Reference> {
+    if name.is_empty() || name.starts_with("sha256:") {
+        return None;
+    }
+    let first = name.split('/').next().unwrap_or_default();
+    let has_host = name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let full = match (has_host, name.contains('/')) {
+        (true, _) => name.to_string(),
+        (false, true) => format!("docker.io/{name}"),
+        (false, false) => format!("docker.io/library/{name}"),
+    };
+    Reference::parse(&full).ok()
+}
+
 /// A container the front cannot decide (of image `shown`), and why: refused.
 fn undecidable(shown: &str, why: impl std::fmt::Display) -> Status {
     Status::failed_precondition(format!("pullgate cannot decide a container of image {shown}: {why}"))
@@ -734,6 +753,13 @@ mod tests {
         assert_eq!(principal_of(CriPrincipal::Namespace, Some(&m)).unwrap(), "team-a");
         assert_eq!(principal_of(CriPrincipal::Pod, Some(&m)).unwrap(), "team-a/web-0/u");
         let no_uid = cri::PodSandboxMetadata { uid: String::new(), ..m.clone() };
+        // The pod's own name, as kubelet sends it (short forms are Docker Hub's).
+        let origin = |n: &str| parse_as_docker(n).map(|r| r.origin());
+        assert_eq!(origin("nginx:1.25").as_deref(), Some("docker.io/library/nginx"));
+        assert_eq!(origin("team/app").as_deref(), Some("docker.io/team/app"));
+        assert_eq!(origin("reg.io:5000/team/app:v1").as_deref(), Some("reg.io:5000/team/app"));
+        assert_eq!(origin("localhost/app").as_deref(), Some("localhost/app"));
+        assert_eq!(origin("sha256:0123"), None);
         assert_eq!(principal_of(CriPrincipal::Pod, Some(&no_uid)).unwrap(), "team-a/web-0");
         assert_eq!(principal_of(CriPrincipal::Pod, None).unwrap(), "");
         let user_of = |a: &cri::AuthConfig| match credential_of(Some(a)) {

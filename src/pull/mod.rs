@@ -504,7 +504,7 @@ impl Puller {
         }
         let identity = self.key.identity(&req.reference.host, req.cred.as_ref());
         let mut out = Outcome { manifest: resolved.manifest.digest.clone(), identity: identity.clone(), config: image.config.digest.clone(), ..Default::default() };
-        let facts = self.facts(&image, &out.manifest, sess.verified())?;
+        let facts = self.facts(&image, &out.manifest, sess.verified(), !sess.has_credential())?;
         // Where the blobs came from, and for whom: set on each blob with the commit that puts it
         // in the namespace (download, copy, adoption), else by `label` once the grant stands.
         let who = HashMap::from([(format!("{ORIGIN_LABEL_PREFIX}{}", image.origin), short(&identity))]);
@@ -676,11 +676,16 @@ impl Puller {
     /// What the ledger already knows of the image's blobs, read once. At an endpoint whose
     /// identity nothing checks (`verified` false: plain http, or https without verifying the
     /// certificate) what answered there before may not be what answers now: no blob counts as
-    /// served there, so each is downloaded from it again in this session.
-    fn facts(&self, image: &Image, manifest: &str, verified: bool) -> Result<Facts> {
+    /// served there, so each is downloaded from it again in this session. Without a credential
+    /// (`anonymous`) only what the origin served without one counts: what it served to a
+    /// credential says nothing of what it serves to anyone.
+    fn facts(&self, image: &Image, manifest: &str, verified: bool, anonymous: bool) -> Result<Facts> {
         Ok(self.snap.store().read(|tx| -> std::result::Result<Facts, StoreError> {
             let known = ledger::manifest(tx, manifest)?.filter(|m| m.diff_ids.len() == image.layers.len());
-            let served_at = |b: &Blob| -> std::result::Result<bool, StoreError> { Ok(verified && ledger::blob_origin(tx, &b.digest, &image.origin)?.is_some()) };
+            let served_at = |b: &Blob| -> std::result::Result<bool, StoreError> {
+                let served = ledger::blob_origin(tx, &b.digest, &image.origin)?;
+                Ok(verified && served.is_some_and(|o| !anonymous || o.identities.contains(ANONYMOUS)))
+            };
             let served = image.all().map(served_at).collect::<std::result::Result<_, _>>()?;
             let paired = image.layers.iter().map(|b| ledger::pairing(tx, &b.digest)).collect::<std::result::Result<_, _>>()?;
             Ok(Facts { known, served, paired })

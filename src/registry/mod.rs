@@ -1061,7 +1061,14 @@ fn causes<'a>(e: &'a (dyn std::error::Error + 'static)) -> impl Iterator<Item = 
 fn net_error(e: &reqwest::Error) -> String {
     let s = error_chain(e);
     match e.url() {
-        Some(u) => s.replace(&format!(" for url ({u})"), "").replace(u.as_str(), "(a URL)"),
+        Some(u) => {
+            let s = s.replace(&format!(" for url ({u})"), "").replace(u.as_str(), "(a URL)");
+            // A TLS error names the host it was for (a certificate not valid for it).
+            match u.host_str().filter(|h| !h.is_empty()) {
+                Some(h) => s.replace(h, "(the host)"),
+                None => s,
+            }
+        }
         None => s,
     }
 }
