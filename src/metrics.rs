@@ -171,7 +171,9 @@ pub fn record_snapshot_call(op: &str, gated: Gated) {
     record_gate(verb, gated);
 }
 
-/// A finished pull or verify (`op`: "pull" or "verify"), started at `since`, with its result
+/// A finished pull or verify (`op`: "pull", "verify", or "public_check" for the anonymous
+/// verify of an image's own name that decides whether it is public at its origin), started at
+/// `since`, with its result
 /// class ("ok", "unauthenticated", "denied", "not_found", "unavailable", "error").
 pub fn record_op(op: &'static str, since: Instant, result: &'static str) {
     METRICS.ops.get_or_create(&OpLabels { op, result }).observe(since.elapsed().as_secs_f64());

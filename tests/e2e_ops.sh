@@ -73,6 +73,8 @@ check "B's unpack adopted A's chains: no new bytes downloaded" test "$(metric 'p
 check "a verify with a wrong password: result unauthenticated" bash -c \
   "! '$PG_BIN' verify --address '$PG/api.sock' -n C ${REGF[*]} --user alice:wrong '$IMG' >/dev/null 2>&1"
 check "counted as verify, result unauthenticated" test "$(metric 'pullgate_operation_duration_seconds_count{op="verify",result="unauthenticated"}')" = 1
+check "the refused run's anonymous verify of the image's own name counted as public_check, result unauthenticated" \
+  test "$(metric 'pullgate_operation_duration_seconds_count{op="public_check",result="unauthenticated"}')" = 1
 scrape > "$WORK/scrape.txt"
 check "no secret, user or image name in the scrape" bash -c "! grep -qE -- '$PW|alice|private/app|wrong' '$WORK/scrape.txt'"
 check "every label value comes from a fixed set" bash -c \
