@@ -475,8 +475,8 @@ check_out "redirect-away: the other host got the request without the Authorizati
 check "redirect-away: and never with it" not grep -q 'AWAY AUTH yes' "$WORK/hostile-redirect-away.log"
 hostile redirect-loop "redirects"
 hostile redirect-secret "unavailable"
-hostile echo-media-type "does not read as an image manifest"
-hostile echo-key "repeats key"
+hostile leak-media-type "does not read as an image manifest"
+hostile leak-key "repeats key"
 hostile bad-challenge "WWW-Authenticate"
 # One byte a second: no gap reaches the 3 s idle timeout, so only the whole-answer deadline can
 # end it; ending before 3 s would mean it never waited for the registry at all.

@@ -22,8 +22,8 @@ Hostile modes ask for Basic credentials first (so that the client has some to le
   redirect-loop  redirects the manifest to itself, forever
   redirect-secret redirects the manifest to a URL holding the password it was sent (a port
                  nothing listens on), for the client's error to show it
-  echo-media-type serves the manifest as a media type holding the password it was sent
-  echo-key       serves the manifest with the password it was sent as a repeated top-level key
+  leak-media-type serves the manifest as a media type holding the password it was sent
+  leak-key       serves the manifest with the password it was sent as a repeated top-level key
   bad-challenge  answers 401 with a malformed WWW-Authenticate challenge, whatever is sent
   trickle        sends the manifest's headers, then one byte a second
 Echo modes: every /v2/ request gets a Bearer challenge naming this server's own /token, which
@@ -38,7 +38,7 @@ import argparse, hashlib, json, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODES = ["serve", "vouch", "wrong-digest", "huge", "redirect-away", "redirect-loop", "bad-challenge", "trickle",
-         "echo-pieces", "echo-base64", "echo-reversed", "redirect-secret", "echo-media-type", "echo-key"]
+         "echo-pieces", "echo-base64", "echo-reversed", "redirect-secret", "leak-media-type", "leak-key"]
 
 
 def keep_for_difftest(body, blobs):
@@ -134,10 +134,10 @@ def main():
                 import base64
                 sent = base64.b64decode(self.headers["Authorization"].split(" ", 1)[1]).decode().split(":", 1)[-1]
                 self.reply(307, [("Location", f"http://127.0.0.1:9/leak/{sent}")], b"", send_body)
-            elif a.mode in ("echo-media-type", "echo-key"):
+            elif a.mode in ("leak-media-type", "leak-key"):
                 import base64
                 sent = base64.b64decode(self.headers["Authorization"].split(" ", 1)[1]).decode().split(":", 1)[-1]
-                if a.mode == "echo-media-type":
+                if a.mode == "leak-media-type":
                     self.reply(200, [("Content-Type", f"application/vnd.leak.{sent}")], body, send_body)
                 else:
                     leaky = body.rstrip()[:-1] + f',"{sent}":1,"{sent}":2}}'.encode()
