@@ -573,8 +573,7 @@ pub fn select_platform<'a>(idx: &'a oci_spec::image::ImageIndex, os: &str, arch:
     let mut found: Vec<&oci_spec::image::Descriptor> = Vec::new();
     // An entry of this OS and architecture naming OS features: containerd 2.4 passes over it
     // (its matcher wants them among the node's, which are none), 1.7 and 2.1 choose it.
-    if let Some(p) = idx.manifests().iter().filter_map(|d| d.platform().as_ref()).find(|p| same_os_arch(p, os, arch) && p.os_features().as_ref().is_some_and(|f| !f.is_empty())) {
-        let _ = p;
+    if idx.manifests().iter().filter_map(|d| d.platform().as_ref()).any(|p| same_os_arch(p, os, arch) && p.os_features().as_ref().is_some_and(|f| !f.is_empty())) {
         return Err(DocumentError::OsFeatures { platform: format!("{os}/{arch}") });
     }
     for d in idx.manifests() {

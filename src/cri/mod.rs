@@ -383,6 +383,7 @@ impl Front {
 
     /// The decision for one image of a container (its rootfs or an image volume): the layer
     /// chain containerd will prepare the snapshot on, or the refusal.
+    ///
     /// An image the pod holds no grant for is admitted when it is public at its own origin: one
     /// of its names (pinned to the manifest its record points at) verifies there without a
     /// credential ([`Puller::public_at_own_origin`]). A private repository that serves the same
@@ -425,7 +426,6 @@ impl Front {
             .await
             .map_err(|e| Status::internal(format!("pullgate: the decision failed: {e}")))
     }
-
 
     /// Whether pod `sandbox` holds an image volume on `chain` prepared under an admission for
     /// `principal`.

@@ -430,12 +430,12 @@ impl Snapshotter {
         self.cleanup_lock.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Makes `namespaces` take a container's principal only from the CRI front's admissions.
     /// Whether the CRI front serves `namespace` (its containers and views are decided there).
     pub fn serves_front(&self, namespace: &str) -> bool {
         self.admission_only.contains(namespace)
     }
 
+    /// Makes `namespaces` take a container's principal only from the CRI front's admissions.
     pub fn with_admission_only(mut self, namespaces: impl IntoIterator<Item = String>) -> Snapshotter {
         self.admission_only.extend(namespaces);
         self

@@ -91,21 +91,23 @@ impl Service {
             self.call(op, move |s| if view { s.view(&key, &parent, labels, ns.as_deref()) } else { s.prepare(&key, &parent, labels, ns.as_deref()) })
         };
         let out = attempt(key.clone(), parent.clone(), labels.clone(), ns.clone()).await?;
-        let namespace = super::namespace_of_key(&key).or(ns.as_deref()).unwrap_or_default().to_string();
-        let chain = super::extract_target(if view { Kind::View } else { Kind::Active }, &key).unwrap_or_else(|| super::name_of_key(&parent).to_string());
         let retry = match (&out, &self.public) {
             (Err(SnapshotterError::Gate(crate::gate::GateError::Denied(d))), Some(public))
-                if !chain.is_empty()
-                    && !self.snap.serves_front(&namespace)
-                    && matches!(d.kind, crate::gate::DenyReason::NoGrant | crate::gate::DenyReason::StaleGrant | crate::gate::DenyReason::UnknownLayer) =>
+                if matches!(d.kind, crate::gate::DenyReason::NoGrant | crate::gate::DenyReason::StaleGrant | crate::gate::DenyReason::UnknownLayer) =>
             {
+                // Worked out only for a refusal: every other Prepare and View goes on at once.
+                let namespace = super::namespace_of_key(&key).or(ns.as_deref()).unwrap_or_default().to_string();
+                let chain = super::extract_target(if view { Kind::View } else { Kind::Active }, &key).unwrap_or_else(|| super::name_of_key(&parent).to_string());
                 let principal = labels.get(super::PRINCIPAL_LABEL).cloned().unwrap_or_default();
-                public.establish(&namespace, &principal, &chain).await.map(|name| (name, principal))
+                match !chain.is_empty() && !self.snap.serves_front(&namespace) {
+                    true => public.establish(&namespace, &principal, &chain).await.map(|name| (name, principal, namespace)),
+                    false => None,
+                }
             }
             _ => None,
         };
         let out = match retry {
-            Some((name, principal)) => {
+            Some((name, principal, namespace)) => {
                 let again = attempt(key.clone(), parent, labels, ns).await?;
                 match &again {
                     Ok(_) => tracing::info!(%namespace, %principal, %key, public_at = %name, "admitted: the image is public at its own origin (it verified there without a credential)"),
