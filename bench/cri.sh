@@ -27,8 +27,11 @@ size=$(du -sm "$WORK/img/blobs" | cut -f1)
 cat > "$WORK/acl.json" <<JSON
 {"users": {"alice": "$PW", "admin": "$PW"}, "access": {"alice": ["private/*"], "admin": ["*"]}, "push": ["admin"]}
 JSON
-start_token_registry t "$WORK/acl.json" >/dev/null
 start_registry pub >/dev/null
+# The private image's registry serves TLS (use_tls_registries): pullgate spares a download only
+# where it verified the registry.
+use_tls_registries >/dev/null || exit 1
+start_token_registry t "$WORK/acl.json" >/dev/null
 IMG=$REG_t/private/bench:v1
 push_image "$WORK/img" v1 "$IMG" "admin:$PW"
 push_image "$WORK/pause" v1 "$REG_pub/k8s/pause:v1"

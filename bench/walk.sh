@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark (issue 19, target 6): pullgate's resident memory while containerd's garbage
+# Benchmark (node scale): pullgate's resident memory while containerd's garbage
 # collection walks every snapshot, at two numbers of snapshots with large labels, in one run.
 # Through containerd (VERSION, default 2.1; its metadata keeps them, `containerd.io/gc.root`),
 # SIZES (default "5000 20000") committed snapshots are made in pullgate, each with LABELS (8)

@@ -1,7 +1,7 @@
 //! cri: a small CRI v1 client for pullgate's tests. A TEST TOOL, not part of pullgate.
 //!
-//! It plays kubelet's part against containerd's CRI plugin (crictl and kubelet are not
-//! installable on the test machines). Every request is written as JSON in k8s-cri's serde
+//! It plays kubelet's part against containerd's CRI plugin, one call at a time, where a test
+//! needs a request crictl and kubelet would not send as it is written. Every request is written as JSON in k8s-cri's serde
 //! field names (snake_case, enums as integers); fields the JSON omits take their protobuf
 //! defaults, at any depth.
 //!

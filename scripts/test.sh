@@ -52,8 +52,12 @@ run_part() {
 }
 
 step "unit tests"
-cargo test --release --locked 2>&1 | grep -E '^(test |running|test result)|panicked|FAILED' || true
-cargo test --release --locked >/dev/null 2>&1 || failed+=("unit tests")
+# Once: its exit status counts, its output is shown (tests, results, panics).
+unit_out=$(mktemp)
+cargo test --release --locked > "$unit_out" 2>&1 && unit_rc=0 || unit_rc=$?
+grep -E '^(test |running|test result)|panicked|FAILED|^error' "$unit_out" || true
+[ "$unit_rc" -eq 0 ] || { failed+=("unit tests"); tail -n 40 "$unit_out"; }
+rm -f "$unit_out"
 
 step "conformance suite (containerd snapshots/testsuite)"
 (cd tests/conformance && GOPATH=/usr/share/gocode GO111MODULE=off GOPROXY=off GOFLAGS= go test -c -o conformance.test .)
@@ -65,7 +69,7 @@ for driver in overlay copy; do
   printf 'conformance (%s driver): %d subtests passed, %d skipped (upstream skips Rename for every snapshotter), exit %d\n' "$driver" "$passed" "$skipped" "$rc"
   [ "$rc" -eq 0 ] || { failed+=("conformance $driver"); grep -E -A20 -- '--- FAIL' <<<"$out" | head -100 || true; }
   # A suite that ran nothing (a renamed test, a -test.run that matches nothing) also exits 0:
-  # require what the README states: 41 subtests passed, and only the suite's Rename skipped
+  # require what docs/testing.md states: 41 subtests passed, and only the suite's Rename skipped
   # (once through the proxy client, once through containerd's metadata layer).
   skips=$(grep -oE -- '--- SKIP: [^ ]+' <<<"$out" | awk '{print $3}' | sort | paste -sd' ' || true)
   if [ "$passed" -ne 41 ] || [ "$skips" != "TestMetadata/suite/Rename TestProxy/Rename" ]; then
@@ -80,11 +84,15 @@ done
 # mount and PID namespaces of their own, on their own ports and directories; their output is
 # printed, and their failures counted, at the end.
 lane=$(mktemp -d)
+lane_versions=(1.7 2.1)
 (
-  for v in 1.7 2.1; do
+  rc=0
+  for v in "${lane_versions[@]}"; do
     printf '\n##### %s\n' "containerd's own integration tests (integration/client of containerd $v) with overlayfs and with pullgate"
-    bash tests/e2e_containerd_suite.sh "$v" || echo "containerd integration tests containerd $v" >> "$lane/failed"
+    if bash tests/e2e_containerd_suite.sh "$v"; then r=passed; else r=failed; rc=1; echo "containerd integration tests containerd $v" >> "$lane/failed"; fi
+    echo "$r" > "$lane/result-$v"
   done
+  exit "$rc"
 ) > "$lane/log" 2>&1 &
 lane_pid=$!
 
@@ -143,11 +151,17 @@ step "differential test of image documents: pullgate's reading against container
 run_part "difftest" bash tests/difftest/run.sh "$PULLGATE_DIFF_CORPUS"
 rm -rf "$PULLGATE_DIFF_CORPUS"
 
-wait "$lane_pid" || true
+# The lane's exit status and each version's result file are both required: a lane that died
+# before a version's result is a failure, not a silence.
+wait "$lane_pid" && lane_rc=0 || lane_rc=$?
 cat "$lane/log"
 if [ -s "$lane/failed" ]; then
   while read -r f; do failed+=("$f"); done < "$lane/failed"
 fi
+for v in "${lane_versions[@]}"; do
+  [ -s "$lane/result-$v" ] || failed+=("containerd integration tests containerd $v (no result: the lane ended with exit $lane_rc before it)")
+done
+if [ "$lane_rc" -ne 0 ] && [ ! -s "$lane/failed" ]; then failed+=("the integration-test lane (exit $lane_rc, no failure recorded)"); fi
 rm -rf "$lane"
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -1,6 +1,6 @@
 //! cli: the command line (clap structs only; their `///` docs are the `--help` text) and the
 //! dispatch from a subcommand to one call (the daemon, or one RPC on pullgate's API), with
-//! exit codes. Contract (DESIGN.md): serve, pull, verify, check, grants, revoke, inspect,
+//! exit codes. The commands: serve, pull, verify, check, grants, revoke, inspect,
 //! doctor; every client command takes `--address` and `-n` (default `default`), as ctr does.
 use crate::api::proto::{self, pullgate_client::PullgateClient};
 use crate::config::Config;
@@ -621,7 +621,7 @@ pub const DAEMON_BINARY: &str = "pullgated";
 /// becomes `pullgated` beside it (exec: same process, same arguments), and returns only if
 /// that fails. Two binaries because a client command's own time is mostly loading its binary:
 /// one without the daemon's code is a third of the size, with a quarter of the relocations
-/// (README, "Near the floor").
+/// (docs/benchmarks.md).
 pub fn run_client_or_exec(cli: Cli) -> i32 {
     if !matches!(cli.command, Command::Serve { .. } | Command::Doctor(_)) {
         return match runtime(false) {

@@ -1,5 +1,5 @@
 //! pullgate: a containerd proxy snapshotter that gates cached private images on registry
-//! re-authentication (Kubernetes KEP-2535 inside the runtime). See DESIGN in README.md.
+//! re-authentication (Kubernetes KEP-2535 inside the runtime). See docs/how-it-decides.md.
 //!
 //! The crate is a library with a thin binary on top (`src/main.rs`): the binary parses the
 //! command line ([`cli`]) and calls into the parts below.

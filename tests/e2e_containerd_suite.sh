@@ -21,7 +21,7 @@
 # which tunnels every CONNECT to that registry>. No global state (hosts file, CA store) is
 # touched. Images pinned by the digest of a real registry's manifest (1.7's schema 1 images,
 # 2.4's busybox by digest) cannot be reproduced: the tests that pull them fail in both runs
-# (README, "containerd's own integration tests", lists them).
+# (docs/clients.md lists them).
 #
 # Which tests: SUITE_RUN below (a -test.run expression; printed), SUITE_SKIP (-test.skip).
 # Usage: tests/e2e_containerd_suite.sh VERSION   (1.7, 2.1 or 2.4)

@@ -534,8 +534,8 @@ no_pullgate_labels() {
   grep -q '"Kind"' <<<"$l" && ! grep -qE 'containerd.io/snapshot.ref|snapshot/pullgate' <<<"$l"
 }
 # containerd passes a pod's containerd.io/snapshot/ annotations to its sandbox's Prepare (1.6,
-# 1.7, 2.1), and a container's to its rootfs Prepare on 1.6 only (DESIGN.md, "Kubernetes (CRI)
-# facts"): on 1.7 and 2.1 the container-annotation checks cannot fail whatever pullgate does, so
+# 1.7, 2.1), and a container's to its rootfs Prepare on 1.6 only (containerd's CRI
+# annotations): on 1.7 and 2.1 the container-annotation checks cannot fail whatever pullgate does, so
 # they are reported as not applicable there (n/a, not counted), and run on 1.6.
 # container_ann DESC CMD...: CMD (a check) on 1.6; an n/a line on 1.7 and 2.1.
 container_ann() {

@@ -21,7 +21,7 @@ CRICTL_BIN=${CRICTL_BIN:-$DEPS/cri-tools-$CRI_TOOLS_VERSION/crictl}
 CRITEST_BIN=${CRITEST_BIN:-$DEPS/cri-tools-$CRI_TOOLS_VERSION/critest}
 # What runs (ginkgo regular expressions over the specs' full text): every spec critest has,
 # except those that fail straight against containerd on these machines, measured by running the
-# whole suite directly under containerd 1.7 and 2.1 (README, "Real clients"); skipped so that
+# whole suite directly under containerd 1.7 and 2.1 (docs/clients.md); skipped so that
 # the two runs take minutes, not ten. critest skips its benchmarks itself (no -benchmark), and
 # the specs whose feature the runtime reports absent (NRI, AppArmor, ...). Failing directly:
 #  - images critest names itself at its upstream registries (not renamable with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end: the gate (DESIGN.md, "The rule pullgate enforces") on a real containerd of the
+# End-to-end: the gate (docs/how-it-decides.md) on a real containerd of the
 # given version, configured from plugin/ with pullgate as the only snapshotter, against an
 # htpasswd registry, a token-auth registry with per-repository access (tests/tokenserver.py),
 # an anonymous registry and an attacker's registry (tests/evilregistry.py); driven by ctr and

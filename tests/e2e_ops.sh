@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end: operating pullgate (issue 11) on a real containerd of the given version, through
+# End-to-end: operating pullgate on a real containerd of the given version, through
 # the real binary: the Prometheus endpoint scraped after real work (a pull with credentials, a
 # `ctr run` the gate refuses, a verify, a run it allows), the JSON log format, `inspect -o json`,
 # `--user USER` prompting on a terminal, and the progress display of `pull` under a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end: what the gate may believe (DESIGN.md, "What the gate may believe"). Every fact a
+# End-to-end: what the gate may believe (docs/threat-model.md). Every fact a
 # decision rests on must have been established by pullgate itself; each section below is an
 # attack that feeds the gate a claim instead, and asserts that it is refused:
 #   1. a config whose rootfs.diff_ids claim another tenant's layers over the attacker's blobs;
@@ -119,7 +119,7 @@ print(json.dumps({"schemaVersion": 2, "manifests": [e]}))
 PY
   tar -C "$t" -cf "$t.tar" . && ctr_ -n "$ns" images import --no-unpack --snapshotter pullgate "$t.tar" >/dev/null 2>&1
 }
-# steal_image NS MANIFEST NAME: the digest-adoption attack (DESIGN.md; steal_blob in lib.sh): NS
+# steal_image NS MANIFEST NAME: the digest-adoption attack (docs/threat-model.md; steal_blob in lib.sh): NS
 # takes the manifest, config and layers from the shared content store by digest alone, reads
 # them, and imports them as image NAME without unpacking.
 steal_image() {
@@ -288,7 +288,7 @@ check "4: B prepares snapshot x (no parent)" snap B prepare x ""
 check "4: B pins it" snap B label x containerd.io/gc.root=attacker
 check "4: B commits it as the made-up chain ${MADE:0:19}..." snap B commit "$MADE" x
 check "4: B pins that" snap B label "$MADE" containerd.io/gc.root=attacker
-# A client's commit under a chainID-shaped name is taken as that chain (DESIGN.md): chain
+# A client's commit under a chainID-shaped name is taken as that chain (docs/how-it-decides.md): chain
 # arithmetic then finds A's protected layer in the target, and B has no grant for it.
 check_err "4: B's Prepare('extract-2 chainID(made-up, A's protected diffID)', made-up) is refused: no grant for A's layer" \
   "$DENIED \"B\".*no grant for this namespace covers this private layer" \

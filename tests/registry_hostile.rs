@@ -410,7 +410,7 @@ fn a_registry_token_is_the_bearer_token_as_it_is() {
 
 #[test]
 fn a_token_service_echoing_the_token_encoded_cut_or_in_another_case_is_not_repeated() {
-    // (red team: the description was dropped only when it held the token exactly)
+    // Dropping the description only when it holds the token exactly would let each of these through.
     let echoes: [fn() -> Reply; 4] = [
         || reply(400, &[], br#"{"error":"invalid_grant","error_description":"bad token Tok-3c8e1a%2Drefresh"}"#),
         || reply(400, &[], br#"{"error":"invalid_grant","error_description":"bad TOK-3C8E1A-REFRESH"}"#),
@@ -431,7 +431,7 @@ fn a_token_service_echoing_the_token_encoded_cut_or_in_another_case_is_not_repea
 #[test]
 fn a_host_the_registry_redirects_to_gets_no_credentials_when_it_asks() {
     // A blob store that answers the redirected GET with its own challenge, naming a realm of its
-    // own: neither the password nor the identity token may go there (red team finding).
+    // own: neither the password nor the identity token may go there.
     let (realm, realm_log) = serve("127.0.0.3", Arc::new(|_: &Seen, _| reply(200, &[], br#"{"token":"stolen"}"#)));
     let (store, _) = serve("127.0.0.2", Arc::new(move |_: &Seen, _| {
         let ch = format!(r#"Bearer realm="http://127.0.0.3:{realm}/token",service="cdn""#);

@@ -1,0 +1,296 @@
+//! The documentation against the code: every pullgate command line shown in a fenced `sh` block
+//! of README.md or docs/ parses with pullgate's own command-line parser, every pullgate
+//! configuration shown (and config.toml.example) loads with its own config parser, every
+//! containerd configuration and shipped fragment is valid TOML, every repository path a command
+//! names exists, every relative link resolves; README.md stays short; `--version` matches
+//! Cargo.toml and CHANGELOG.md; no development history in the project's text.
+use clap::Parser;
+use pulldown_cmark::{CodeBlockKind, Event, Parser as Markdown, Tag, TagEnd};
+use pullgate::cli::Cli;
+use pullgate::Config;
+use std::path::{Path, PathBuf};
+
+/// The first line of a `toml` block that shows pullgate's configuration.
+const PULLGATE_CONFIG: &str = "# /etc/pullgate/config.toml";
+/// The first line of a `toml` block that shows containerd's configuration.
+const CONTAINERD_CONFIG: &str = "# /etc/containerd/config.toml";
+const README_MAX_LINES: usize = 300;
+/// The tables of pullgate's configuration.
+const PULLGATE_TABLES: [&str; 6] = ["daemon", "policy", "namespaces", "registry", "cri", "metrics"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// README.md and every docs/*.md, in a stable order.
+fn documents() -> Vec<PathBuf> {
+    let mut out = vec![root().join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .expect("docs/ exists")
+        .map(|e| e.expect("docs/ entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    out.extend(docs);
+    out
+}
+
+struct Block {
+    file: PathBuf,
+    line: usize,
+    info: String,
+    text: String,
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset].matches('\n').count() + 1
+}
+
+fn fenced_blocks(file: &Path) -> Vec<Block> {
+    let text = std::fs::read_to_string(file).expect("readable document");
+    let mut out = Vec::new();
+    let mut open: Option<Block> = None;
+    for (event, range) in Markdown::new(&text).into_offset_iter() {
+        match event {
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(info))) => {
+                open = Some(Block { file: file.to_path_buf(), line: line_of(&text, range.start), info: info.to_string(), text: String::new() })
+            }
+            Event::Text(t) => {
+                if let Some(b) = open.as_mut() {
+                    b.text.push_str(&t)
+                }
+            }
+            Event::End(TagEnd::CodeBlock) => out.extend(open.take()),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn links(file: &Path) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(file).expect("readable document");
+    Markdown::new(&text)
+        .into_offset_iter()
+        .filter_map(|(event, range)| match event {
+            Event::Start(Tag::Link { dest_url, .. }) => Some((line_of(&text, range.start), dest_url.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn all_blocks() -> Vec<Block> {
+    documents().iter().flat_map(|f| fenced_blocks(f)).collect()
+}
+
+/// The commands of an `sh` block: continuation lines joined, comments and prompts dropped.
+fn commands(block: &Block) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut pending = String::new();
+    let mut start = 0;
+    for (i, raw) in block.text.lines().enumerate() {
+        let line = raw.trim();
+        if pending.is_empty() {
+            start = block.line + 1 + i;
+        }
+        if let Some(cont) = line.strip_suffix('\\') {
+            pending.push_str(cont);
+            pending.push(' ');
+            continue;
+        }
+        pending.push_str(line);
+        let cmd = pending.trim().trim_start_matches("$ ").trim_start_matches("# ").to_string();
+        pending.clear();
+        if !cmd.is_empty() && !raw.trim_start().starts_with('#') {
+            out.push((start, cmd));
+        }
+    }
+    out
+}
+
+/// The words of each pullgate command in the command line `cmd` (each command of a pipeline or
+/// list, after `sudo`, `env` and VAR=value prefixes).
+fn pullgate_words(cmd: &str) -> Vec<Vec<String>> {
+    cmd.split(['|', ';', '&'])
+        .filter_map(|part| {
+            let words = shlex::split(part)?;
+            let mut rest = words.as_slice();
+            while let Some((w, tail)) = rest.split_first() {
+                if w == "sudo" || w == "env" || (w.contains('=') && !w.starts_with('-')) {
+                    rest = tail;
+                } else {
+                    break;
+                }
+            }
+            let (program, _) = rest.split_first()?;
+            let name = Path::new(program).file_name()?.to_str()?;
+            matches!(name, "pullgate" | "pullgated").then(|| rest.to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn every_pullgate_command_shown_parses() {
+    let mut checked = 0;
+    let mut errors = Vec::new();
+    for block in all_blocks().iter().filter(|b| b.info.split_whitespace().next() == Some("sh")) {
+        for (line, cmd) in commands(block) {
+            for words in pullgate_words(&cmd) {
+            checked += 1;
+            match Cli::try_parse_from(&words) {
+                Ok(_) => {}
+                // `--help` and `--version` are what they show.
+                Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {}
+                Err(e) => errors.push(format!("{}:{line}: {cmd}\n{e}", block.file.display())),
+            }
+            }
+        }
+    }
+    assert!(errors.is_empty(), "commands the parser refuses:\n{}", errors.join("\n"));
+    assert!(checked >= 20, "only {checked} pullgate commands found in the docs' sh blocks");
+}
+
+#[test]
+fn every_repository_path_a_command_names_exists() {
+    let prefixes = ["plugin/", "scripts/", "tests/", "bench/", "docs/", "config.toml.example"];
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for block in all_blocks().iter().filter(|b| b.info.split_whitespace().next() == Some("sh")) {
+        for (line, cmd) in commands(block) {
+            for word in shlex::split(&cmd).unwrap_or_default() {
+                let word = word.trim_start_matches("./");
+                if !prefixes.iter().any(|p| word.starts_with(p)) || word.contains(['$', '*', '<']) {
+                    continue;
+                }
+                checked += 1;
+                if !root().join(word).exists() {
+                    missing.push(format!("{}:{line}: {word}", block.file.display()));
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "paths that do not exist:\n{}", missing.join("\n"));
+    assert!(checked >= 3, "only {checked} repository paths found in the docs' commands");
+}
+
+#[test]
+fn every_configuration_shown_loads() {
+    let mut pullgate = 0;
+    let mut errors = Vec::new();
+    for block in all_blocks().iter().filter(|b| b.info.split_whitespace().next() == Some("toml")) {
+        let first = block.text.lines().next().unwrap_or("").trim();
+        let at = format!("{}:{}", block.file.display(), block.line);
+        if first == PULLGATE_CONFIG {
+            pullgate += 1;
+            if let Err(e) = Config::parse(&block.text) {
+                errors.push(format!("{at}: pullgate's parser: {e}"));
+            }
+        } else {
+            match block.text.parse::<toml::Table>() {
+                Err(e) => errors.push(format!("{at}: not TOML: {e}")),
+                // pullgate's own tables outside a block marked as pullgate's would go unchecked.
+                Ok(t) if first != CONTAINERD_CONFIG && PULLGATE_TABLES.iter().any(|k| t.contains_key(*k)) => {
+                    errors.push(format!("{at}: pullgate's configuration, but the block does not start with {PULLGATE_CONFIG:?}"))
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+    let example = std::fs::read_to_string(root().join("config.toml.example")).expect("config.toml.example");
+    if let Err(e) = Config::parse(&example) {
+        errors.push(format!("config.toml.example: {e}"));
+    }
+    for fragment in ["plugin/containerd-1.x.toml", "plugin/containerd-2.x.toml"] {
+        let text = std::fs::read_to_string(root().join(fragment)).expect("fragment");
+        if let Err(e) = text.parse::<toml::Table>() {
+            errors.push(format!("{fragment}: not TOML: {e}"));
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+    assert!(pullgate >= 2, "only {pullgate} pullgate configurations found in the docs");
+}
+
+#[test]
+fn every_relative_link_resolves() {
+    let mut broken = Vec::new();
+    for file in documents() {
+        for (line, url) in links(&file) {
+            if url.contains("://") || url.starts_with('#') || url.starts_with("mailto:") {
+                continue;
+            }
+            let path = url.split('#').next().unwrap_or("");
+            let dir = file.parent().expect("a document's directory");
+            if !dir.join(path).exists() {
+                broken.push(format!("{}:{line}: {url}", file.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links to nothing:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn readme_is_short_and_links_the_docs() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let lines = readme.lines().count();
+    assert!(lines <= README_MAX_LINES, "README.md has {lines} lines (at most {README_MAX_LINES})");
+    let linked: Vec<String> = links(&root().join("README.md")).into_iter().map(|(_, u)| u).collect();
+    for doc in documents().iter().skip(1) {
+        let name = format!("docs/{}", doc.file_name().and_then(|n| n.to_str()).expect("name"));
+        assert!(linked.iter().any(|u| u.split('#').next() == Some(name.as_str())), "README.md does not link {name}");
+    }
+}
+
+#[test]
+fn version_matches_cargo_and_changelog() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pullgate")).arg("--version").output().expect("pullgate --version runs");
+    assert!(out.status.success());
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("pullgate {version}"));
+    let changelog = std::fs::read_to_string(root().join("CHANGELOG.md")).expect("CHANGELOG.md");
+    // The newest release is the first `## [x.y.z]` heading after `## [Unreleased]`.
+    let newest = changelog
+        .lines()
+        .filter_map(|l| l.strip_prefix("## ["))
+        .filter_map(|l| l.split(']').next())
+        .find(|v| *v != "Unreleased");
+    assert_eq!(newest, Some(version), "CHANGELOG.md's newest release is not Cargo.toml's version");
+}
+
+/// Files of the project whose text is the product's (docs, code, tests, scripts, benchmarks).
+fn project_text_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| ["md", "rs", "sh", "py", "toml", "go", "yaml", "proto", "service", "example"].contains(&x.to_str().unwrap_or(""))) {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = vec![root().join("README.md"), root().join("CHANGELOG.md"), root().join("config.toml.example"), root().join("Cargo.toml")];
+    for dir in ["docs", "src", "tests", "scripts", "bench", "benches", "examples", "plugin", "fuzz/fuzz_targets", "proto", ".ci"] {
+        walk(&root().join(dir), &mut out);
+    }
+    out
+}
+
+#[test]
+fn no_development_history_in_the_project() {
+    // Built from pieces so that this file does not match itself.
+    let patterns = [
+        regex::Regex::new(&format!(r"(?i)\b{}\s+[0-9]+", "stop")).expect("regex"),
+        regex::Regex::new(&format!(r"(?i)\b{}[- ]team", "red")).expect("regex"),
+        regex::Regex::new(&format!(r"(?i)\breview {}", "round")).expect("regex"),
+    ];
+    let mut hits = Vec::new();
+    for file in project_text_files() {
+        let Ok(text) = std::fs::read_to_string(&file) else { continue };
+        for (i, line) in text.lines().enumerate() {
+            if patterns.iter().any(|p| p.is_match(line)) {
+                hits.push(format!("{}:{}: {}", file.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(hits.is_empty(), "development history in the project's text:\n{}", hits.join("\n"));
+}
