@@ -1,10 +1,11 @@
 //! The documentation against the code: every pullgate command line shown in a fenced `sh` block
-//! of README.md or docs/ parses with pullgate's own command-line parser, every pullgate
+//! of README.md or docs/ parses with pullgate's own command-line parser (and every one named in
+//! prose names subcommands, flags and values that exist, as does every `[section] key`), every pullgate
 //! configuration shown (and config.toml.example) loads with its own config parser, every
 //! containerd configuration and shipped fragment is valid TOML, every repository path a command
 //! names exists, every relative link resolves; README.md stays short; `--version` matches
 //! Cargo.toml and CHANGELOG.md; no development history in the project's text.
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use pulldown_cmark::{CodeBlockKind, Event, Parser as Markdown, Tag, TagEnd};
 use pullgate::cli::Cli;
 use pullgate::Config;
@@ -65,6 +66,18 @@ fn fenced_blocks(file: &Path) -> Vec<Block> {
         }
     }
     out
+}
+
+/// The inline code spans of a document, with their lines.
+fn inline_code(file: &Path) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(file).expect("readable document");
+    Markdown::new(&text)
+        .into_offset_iter()
+        .filter_map(|(event, range)| match event {
+            Event::Code(code) => Some((line_of(&text, range.start), code.to_string())),
+            _ => None,
+        })
+        .collect()
 }
 
 fn links(file: &Path) -> Vec<(usize, String)> {
@@ -147,6 +160,60 @@ fn every_pullgate_command_shown_parses() {
     }
     assert!(errors.is_empty(), "commands the parser refuses:\n{}", errors.join("\n"));
     assert!(checked >= 20, "only {checked} pullgate commands found in the docs' sh blocks");
+}
+
+#[test]
+fn every_pullgate_command_named_in_prose_exists() {
+    // An inline `pullgate SUB --flag ...` may leave out required arguments, never name a
+    // subcommand, flag or value that does not exist.
+    use clap::error::ErrorKind;
+    let mut checked = 0;
+    let mut errors = Vec::new();
+    for file in documents() {
+        for (line, code) in inline_code(&file) {
+            for mut words in pullgate_words(&code) {
+                // Only `pullgate SUBCOMMAND ...` or `pullgate --flag ...` (prose also quotes
+                // messages that begin with the word pullgate); an ellipsis elides the rest.
+                let known = Cli::command().get_subcommands().any(|c| words.get(1).is_some_and(|w| w == c.get_name()));
+                if !known && !words.get(1).is_some_and(|w| w.starts_with('-')) {
+                    continue;
+                }
+                words.retain(|w| w != "..." && w != "…");
+                checked += 1;
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    if matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand | ErrorKind::InvalidValue | ErrorKind::ArgumentConflict | ErrorKind::TooManyValues) {
+                        errors.push(format!("{}:{line}: `{code}`\n{e}", file.display()));
+                    }
+                }
+            }
+        }
+    }
+    assert!(errors.is_empty(), "commands named in prose that the parser refuses:\n{}", errors.join("\n"));
+    assert!(checked >= 20, "only {checked} pullgate commands named in prose");
+}
+
+#[test]
+fn every_configuration_key_named_in_prose_exists() {
+    // `[section] key` in prose: the key must be one pullgate's parser knows (an unknown one is
+    // refused as such; a known one given a value of the wrong type fails otherwise).
+    let re = regex::Regex::new(r"^\[(daemon|policy|registry|cri|metrics)\] ([a-z_]+)").expect("regex");
+    let mut checked = 0;
+    let mut unknown = Vec::new();
+    for file in documents().into_iter().chain([root().join("config.toml.example")]) {
+        let spans = if file.extension().is_some_and(|e| e == "md") { inline_code(&file) } else { Vec::new() };
+        for (line, code) in spans {
+            let Some(c) = re.captures(&code) else { continue };
+            checked += 1;
+            let probe = format!("[{}]\n{} = {{ probe = 1 }}\n", &c[1], &c[2]);
+            if let Err(e) = Config::parse(&probe) {
+                if e.to_string().contains("unknown field") {
+                    unknown.push(format!("{}:{line}: `{code}`", file.display()));
+                }
+            }
+        }
+    }
+    assert!(unknown.is_empty(), "configuration keys that do not exist:\n{}", unknown.join("\n"));
+    assert!(checked >= 10, "only {checked} configuration keys named in prose");
 }
 
 #[test]
