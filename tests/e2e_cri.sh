@@ -177,7 +177,7 @@ has_grant() {
   fi
   grep -q -- "$1" <<<"$out"
 }
-k8s_snapshots() { ctr_ -n k8s.io snapshots --snapshotter pullgate ls | tail -n +2 | wc -l; }
+k8s_snapshots() { snapshot_count k8s.io; }
 snap_labels() { ctr_ -n k8s.io snapshots --snapshotter pullgate info "$1"; }
 # image_records REPO: k8s.io's image records of REPO, and the ID records (sha256:...) pointing
 # where they point: name, target digest, labels; sorted.
@@ -231,12 +231,18 @@ check_refused "with a wrong secret too, and the secret is not in the message" "r
 check "no grant for team-b" not has_grant team-b
 
 log "4. team-b with its own secret: one manifest round-trip"
-snaps=$(k8s_snapshots); mark=$(wc -l < "$WORK/registry-h/log")
+snaps=$(k8s_snapshots) || fail "4: ctr snapshots ls in k8s.io (the count before team-b's pull) failed"
+mark=$(wc -l < "$WORK/registry-h/log")
 check_out "team-b's PullImage with carol's secret" '"image_ref":"sha256:' pull_as app-b team-b "$PRIV" "carol:$PW_CAROL"
 after=$(tail -n +"$((mark + 1))" "$WORK/registry-h/log")
 check "the registry saw the manifest request" grep -q '"[A-Z]* /v2/private/app/manifests/' <<<"$after"
 check "and no blob GET" not grep -q '"GET /v2/private/app/blobs/' <<<"$after"
-check "and nothing was extracted (k8s.io holds $snaps snapshots, as before)" test "$(k8s_snapshots)" = "$snaps"
+# snaps_unchanged: k8s.io's snapshot listing works, as it did before the pull, and counts the same.
+snaps_unchanged() {
+  local n; n=$(k8s_snapshots) || return 1
+  [ -n "$snaps" ] && [ "$n" = "$snaps" ] || { echo "k8s.io holds $n snapshots, before: ${snaps:-unknown}"; return 1; }
+}
+check "and nothing was extracted (k8s.io holds $snaps snapshots, as before)" snaps_unchanged
 check_out "team-b's container runs" "$PRIVMSG" run_in front app-b team-b "$SID_B" b3 "$PRIV"
 
 log "4b. containers of one image created at once, by two namespaces' pods"
@@ -310,7 +316,7 @@ PY
 CKPT=$REG_bad/c/ckpt:v1
 push_image "$WORK/ckpt" v1 "$CKPT" || fail "5c: push the checkpoint image"
 check_refused "5c: team-c's PullImage of a checkpoint image is refused" "checkpoint image" "" pull_as app-c team-c "$CKPT"
-check "5c: and it is not on the node" not bash -c "'${CTR[0]}' -a '$CTRD_SOCK' -n k8s.io images ls -q | grep -q c/ckpt"
+check "5c: and it is not on the node" lacks c/ckpt ctr_ -n k8s.io images ls -q
 # On the node anyway (imported by an administrator): CreateContainer is refused.
 tar -C "$WORK/ckpt" -cf "$WORK/ckpt.tar" .
 ctr_ -n k8s.io images import --no-unpack --base-name "$REG_bad/c/ckpt" "$WORK/ckpt.tar" >/dev/null 2>&1
@@ -338,7 +344,7 @@ push_image "$WORK/ckpt-esc" v1 "$CKPT_ESC" || fail "5c: push the escaped checkpo
 check_refused "5c: team-c's PullImage of a checkpoint image whose key is written with an escape is refused" "checkpoint image" "" \
   pull_as app-c team-c "$CKPT_ESC"
 check "5c: the image listing works" ctr_ -n k8s.io images ls -q
-check "5c: and it is not on the node" not has_image k8s.io "$CKPT_ESC"
+check "5c: and it is not on the node" no_image k8s.io "$CKPT_ESC"
 # Imported by an administrator and unpacked (through pullgate: a restore views its chain).
 tar -C "$WORK/ckpt-esc" -cf "$WORK/ckpt-esc.tar" .
 check "5c: an administrator imports and unpacks the escaped checkpoint image" \
@@ -347,8 +353,8 @@ check "5c: it is present" has_image k8s.io "$CKPT_ESC"
 check_refused "5c: its CreateContainer through the front is refused by the front: pullgate cannot decide a restore" "cannot decide a container .*checkpoint image" "" \
   run_in front app-c team-c "$SID_C" c8 "$CKPT_ESC"
 check "5c: the image listing works" ctr_ -n k8s.io images ls -q
-check "5c: no image record was filed under $PLANTED" not has_image k8s.io "$PLANTED"
-check "5c: nor under $PUB_REF" not has_image k8s.io "$PUB_REF"
+check "5c: no image record was filed under $PLANTED" no_image k8s.io "$PLANTED"
+check "5c: nor under $PUB_REF" no_image k8s.io "$PUB_REF"
 
 # 5f: an index that a looser platform match would read as team-a's: linux/amd64/v9 -> team-a's
 # manifest, listed first; linux/amd64 -> the attacker's own (public) one. containerd chooses the
@@ -430,7 +436,7 @@ for kind in manifest config fold index; do
   printf -v "TW_$kind" '%s' "127.0.0.1:$PORT_1/c/$kind:v1"; write_hosts_toml "$HOSTS" "127.0.0.1:$PORT_1"
 done
 TWO_WAYS='means two things'
-grants_before=$(pg grants -n k8s.io 2>&1)
+grants_before=$(pg grants -n k8s.io 2>&1); gb_rc=$?
 check_refused "12a: team-c's PullImage of a manifest with \"config\" and \"Config\" is refused" "key \"Config\".*$TWO_WAYS" "" pull_as app-c team-c "$TW_manifest"
 check_refused "12a: so is pullgate pull of it in namespace tw" "key \"Config\".*$TWO_WAYS" "" pg pull -n tw --plain-http "$TW_manifest"
 check_refused "12b: a config with \"rootfs\" and \"RootFS\" (team-a's layer IDs) is refused" "key \"RootFS\".*$TWO_WAYS" "" pull_as app-c team-c "$TW_config"
@@ -439,9 +445,11 @@ check_refused "12c: a manifest with \"layer\\u017f\" (Go reads \"layers\") is re
 check_refused "12d: an index naming two manifests for one platform (x86_64 and amd64) is refused" "2 different manifests for platform linux/amd64" "" \
   pull_as app-c team-c "$TW_index"
 check_refused "12d: by pullgate verify too" "2 different manifests for platform linux/amd64" "" pg verify -n tw --plain-http "$TW_index"
-grants_after=$(pg grants -n k8s.io 2>&1)
+grants_after=$(pg grants -n k8s.io 2>&1); ga_rc=$?
+# (Both listings must have worked: two failures with the same message are equal too.)
 check "12: pullgate grants answers, and nothing was granted ($(wc -l <<<"$grants_after") lines, as before)" \
-  bash -c "[ -n \"\$1\" ] && [ \"\$1\" = \"\$2\" ]" _ "$grants_after" "$grants_before"
+  bash -c "[ \"\$3\" -eq 0 ] && [ \"\$4\" -eq 0 ] || { echo \"pullgate grants: rc=\$3 (before: rc=\$4)\"; exit 1; }; [ -n \"\$1\" ] && [ \"\$1\" = \"\$2\" ]" \
+  _ "$grants_after" "$grants_before" "$ga_rc" "$gb_rc"
 tw_grants=$(pg grants -n tw 2>&1); tw_rc=$?
 check "12: pullgate grants -n tw answers and lists nothing ($tw_grants)" bash -c "[ $tw_rc -eq 0 ] && ! grep -q 'c/' <<<\"\$1\"" _ "$tw_grants"
 tw_images() { local l; l=$(ctr_ -n k8s.io images ls -q) || return 2; ! grep -qE '/c/(manifest|config|fold|index):' <<<"$l"; }
@@ -583,8 +591,8 @@ case $V in 2.1)
   check_refused "7: containerd's restore of the escaped checkpoint image, straight to containerd, is refused at its view" \
     "refuses to restore a container from a checkpoint" "" run_in direct app-a2 team-a "$SID_A2" d5 "$CKPT_ESC"
   check "7: the image listing works" ctr_ -n k8s.io images ls -q
-  check "7: no image record was filed under $PLANTED" not has_image k8s.io "$PLANTED"
-  check "7: nor under $PUB_REF (nothing was pulled)" not has_image k8s.io "$PUB_REF"
+  check "7: no image record was filed under $PLANTED" no_image k8s.io "$PLANTED"
+  check "7: nor under $PUB_REF (nothing was pulled)" no_image k8s.io "$PUB_REF"
   ;;
 esac
 # ctr passes labels to the rootfs Prepare as given: in k8s.io no label is a principal.
@@ -718,7 +726,8 @@ check "14: team-t3's PullImage with the same identity token" pull_as tok-3 team-
 check "14: two tenants holding one token are one identity ($ID_T1, $(grant_identity team-t3/tok-3))" test "$(grant_identity team-t3/tok-3)" = "$ID_T1"
 run_pod front tok-4 team-t4 || fail "14: RunPodSandbox team-t4/tok-4"
 check "14: team-t4's PullImage with alice's password" pull_as tok-4 team-t4 "$TPRIV" "alice:$PW_ALICE"
-check "14: alice's password is another identity than her identity token ($(grant_identity team-t4/tok-4))" test -n "$(grant_identity team-t4/tok-4)" -a "$(grant_identity team-t4/tok-4)" != "$ID_T1"
+ID_T4=$(grant_identity team-t4/tok-4)
+check "14: alice's password is another identity than her identity token ($ID_T4)" test -n "$ID_T4" -a "$ID_T4" != "$ID_T1"
 IT_REVOKED=$(identity_token t alice "$PW_ALICE"); revoke_token t "$IT_REVOKED"
 n0=$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")
 refused_unrecorded "14: a revoked identity token" "refused the identity token: invalid_grant \\(expired, revoked" "$IT_REVOKED" tok-5 team-t5
@@ -735,7 +744,8 @@ run_pod front tok-9 team-t9 || fail "14: RunPodSandbox team-t9/tok-9"; SID_T9=$S
 n0=$(grep -c . "$TOKLOG")
 check_out "14: team-t9's PullImage with a secret holding only a registry token" '"image_ref":"sha256:' pull_as tok-9 team-t9 "$TPRIV" "{\"registry_token\":\"$RT\"}"
 check "14: the registry token went to the registry as it is (the token service saw no request)" test "$(grep -c . "$TOKLOG")" = "$n0"
-check "14: its identity is another than the identity token's ($(grant_identity team-t9/tok-9))" test -n "$(grant_identity team-t9/tok-9)" -a "$(grant_identity team-t9/tok-9)" != "$ID_T1"
+ID_T9=$(grant_identity team-t9/tok-9)
+check "14: its identity is another than the identity token's ($ID_T9)" test -n "$ID_T9" -a "$ID_T9" != "$ID_T1"
 check_out "14: tok-9 runs the image" "$TOKMSG" run_in front tok-9 team-t9 "$SID_T9" t9 "$TPRIV"
 token_acl t "acl['access_ttl'] = -300"; RT_EXPIRED=$(registry_token t alice "$PW_ALICE" private/tok); token_acl t "acl.pop('access_ttl')"
 TOKEN_KIND=registry_token refused_unrecorded "14: an expired registry token" "rejected the registry token \\(invalid_token" "$RT_EXPIRED" tok-10 team-t10
@@ -828,7 +838,9 @@ ntok=$(grep -c . "$WORK/registry-t/tokens.log")
 check "the token server recorded the tokens it issued ($ntok)" test "$ntok" -gt 5
 leak=$(grep -rlaF -D skip -f "$PATS" "$PG" "$WORK/containerd" 2>/dev/null | head -5)
 check "none in any file under pullgate's root, config or log, or containerd's root, state or log (found in: ${leak:-none})" test -z "$leak"
-labels=$(ctr_ -n k8s.io content ls; ctr_ -n k8s.io images ls; for k in $(ctr_ -n k8s.io snapshots --snapshotter pullgate ls | awk 'NR > 1 {print $1}'); do snap_labels "$k"; done)
-check "none in k8s.io's content, image or snapshot labels ($(wc -l <<<"$labels") lines)" bash -c "[ \$(wc -l <<<\"\$1\") -gt 5 ] && ! grep -qF -f '$PATS' <<<\"\$1\"" _ "$labels"
+# (ns_labels fails when a listing fails: an empty text holds no secret either.)
+labels=$(ns_labels k8s.io); lrc=$?
+check "none in k8s.io's content, image or snapshot labels ($(wc -l <<<"$labels") lines)" \
+  bash -c "[ $lrc -eq 0 ] || { echo 'a listing failed (rc=$lrc)'; exit 1; }; [ \$(wc -l <<<\"\$1\") -gt 5 ] && ! grep -qF -f '$PATS' <<<\"\$1\"" _ "$labels"
 
 summary "e2e cri (containerd $V)"

@@ -100,7 +100,13 @@ session() {
   check "$w: crictl stopp" $via stopp "$POD"
   check "$w: crictl rmp" $via rmp "$POD"
   check "$w: crictl rmi" $via rmi "$PRIV"
-  printf -v "R_gone_$w" '%s' "$($via images -q | grep -c "$(cut -d' ' -f1 <<<"${R_pull_direct:-${R_pull_front:-x}}")")"
+  # (Counted in a listing that worked: a failed `crictl images` lists nothing either.)
+  out=$($via images -q 2>"$WORK/err"); rc=$?
+  if [ $rc -eq 0 ]; then printf -v "R_gone_$w" '%s' "$(grep -c "$(cut -d' ' -f1 <<<"${R_pull_direct:-${R_pull_front:-x}}")" <<<"$out")"
+  else
+    fail "$w: crictl images -q after rmi (rc=$rc): $(cat "$WORK/err")"
+    printf -v "R_gone_$w" 'crictl images -q failed (rc=%s)' "$rc"
+  fi
 }
 session direct direct
 # settle containerd's GC, so that the front's pull starts from a node without the image

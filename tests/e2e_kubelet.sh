@@ -149,8 +149,12 @@ stop_kubelet() {
 kubelet_pods() { curl -sk "https://127.0.0.1:$KPORT/pods"; }
 # running_in NS: a container of a pod of Kubernetes namespace NS runs (containerd's CRI says).
 running_in() { [ -n "$(direct ps --label "io.kubernetes.pod.namespace=$1" --state Running -q 2>/dev/null)" ]; }
-# containers_in NS [POD]: how many containers (any state) containerd's CRI has for pods of NS (named POD).
-containers_in() { direct ps -a --label "io.kubernetes.pod.namespace=$1" ${2:+--label "io.kubernetes.pod.name=$2"} -q 2>/dev/null | grep -c .; }
+# containers_in NS [POD]: how many containers (any state) containerd's CRI has for pods of NS
+# (named POD); fails when crictl does (lib.sh's `listing`).
+containers_in() {
+  local l; l=$(listing direct ps -a --label "io.kubernetes.pod.namespace=$1" ${2:+--label "io.kubernetes.pod.name=$2"} -q) || return 1
+  nlines "$l"
+}
 # pod_log NS POD: the container logs kubelet keeps for pod NS/POD* (podLogsDir/NS_POD_UID/C/N.log).
 pod_log() { cat "$WORK"/pod-logs/"$1"_"$2"*/*/*.log 2>/dev/null; }
 # static_pod NS NAME IMAGE POLICY: a static pod manifest (host network, the image's own command).
@@ -196,8 +200,9 @@ wait_for 40 imagefs_measured
 check "kubelet measures that image filesystem: its summary's imageFs has a capacity, free space and the images' usage ($(shown 300 "$(tr -d ' \n' <"$WORK/summary.json" | grep -o '"imageFs":{[^}]*}' || head -c 300 "$WORK/summary.json")"))" imagefs_measured
 # (Not "Image garbage collection failed once. Stats initialization may not have completed yet":
 # kubelet's first collection may run before its first stats, whatever the runtime.)
-bad_fs=$(grep -E "HasDedicatedImageFs|failed to get imageFs|io\.containerd\.snapshotter\.v1\.pullgate" "$WORK/kubelet1/log")
-check "kubelet logs no failure to read the image filesystem ($(shown 300 "${bad_fs:-none}"))" test -z "$bad_fs"
+bad_fs=$(grep -E "HasDedicatedImageFs|failed to get imageFs|io\.containerd\.snapshotter\.v1\.pullgate" "$WORK/kubelet1/log" 2>&1); bad_rc=$?
+# (grep's 1 is "no such line"; its 2, a log it could not read, is no evidence.)
+check "kubelet logs no failure to read the image filesystem ($(shown 300 "${bad_fs:-none}"))" test "$bad_rc" -eq 1 -a -z "$bad_fs"
 check "team-a's static pod ran the private image: its log (kubelet's podLogsDir) has the image's message" grep -qF "$PRIVMSG" <<<"$(pod_log team-a app-a)"
 check "team-b's static pod too" grep -qF "$PRIVMSG" <<<"$(pod_log team-b app-b)"
 # kubelet_running NS: kubelet's /pods shows a running container in a pod of NS.
@@ -229,7 +234,7 @@ if grep -q CreateContainerError <<<"$st" && grep -qF "$REFUSED team-c/app-c-$NOD
 else fail "team-c's container state (kubelet's /pods): ${st:-none}"; fi
 check "kubelet did not pull for team-c (pullgate saw no PullImage for it)" not pg_log_has 'CRI PullImage' 'team-c'
 check "pullgate's log: CRI CreateContainer refused for team-c" pg_log_has 'CRI CreateContainer refused' 'team-c'
-check "containerd has no container of team-c" test "$(containers_in team-c)" = 0
+check "containerd has no container of team-c" is_zero containers_in team-c
 check "and team-c's log directory holds nothing of the image" not grep -qF "$PRIVMSG" <<<"$(pod_log team-c app-c)"
 # no_grant_for WORD: pullgate grants -n k8s.io answers (its header) and lists no WORD.
 no_grant_for() { local out; out=$(pg grants -n k8s.io 2>&1) && [ "$(head -1 <<<"$out" | awk '{print $1}')" = NAMESPACE ] && ! grep -q -- "$1" <<<"$out"; }
@@ -237,7 +242,8 @@ check "no grant for team-c" no_grant_for team-c
 
 log "1c. the static pods go"
 rm -f "$WORK"/manifests/*.yaml
-no_pods_running() { [ -z "$(direct pods --state Ready -q 2>/dev/null)" ] && [ -z "$(direct ps -q 2>/dev/null)" ]; }
+# no_pods_running: crictl lists ready pods and running containers, and both lists are empty.
+no_pods_running() { local p c; p=$(listing direct pods --state Ready -q) && c=$(listing direct ps -q) && [ -z "$p" ] && [ -z "$c" ]; }
 wait_for 60 no_pods_running && pass "kubelet stopped every pod once their manifests were gone" || fail "pods left: $(direct pods 2>&1)"
 stop_kubelet
 
@@ -323,9 +329,16 @@ ev=$(events_of team-b app)
 check "kubelet's own check let team-b's pod use the image (its event: already present on machine)" grep -q "^Pulled: .*$PRIV2.* already present on machine" <<<"$ev"
 check "and kubelet's event for the failure carries pullgate's refusal" grep -qF "$REFUSED team-b/app" <<<"$ev"
 check "kubelet did not pull for team-b (pullgate saw no PullImage for it)" not pg_log_has 'CRI PullImage' 'team-b'
-check "containerd has no container of team-b's pod" test "$(containers_in team-b app)" = 0
+check "containerd has no container of team-b's pod" is_zero containers_in team-b app
 check "nothing of the image in team-b's log directory" not grep -qF "$PRIVMSG2" <<<"$(pod_log team-b app_)"
-check "kubelet's own KEP-2535 was off: no pull records under its root" test ! -e "$WORK/kubelet2/image_manager/pulled" -o -z "$(ls "$WORK/kubelet2/image_manager/pulled" 2>/dev/null)"
+# no_pull_records: kubelet2's pull-record directory does not exist, or ls lists it empty.
+no_pull_records() {
+  local d=$WORK/kubelet2/image_manager/pulled l
+  [ -e "$d" ] || return 0
+  l=$(listing ls "$d") || return 1
+  [ -z "$l" ] || { echo "$d holds: $(paste -sd' ' <<<"$l")"; return 1; }
+}
+check "kubelet's own KEP-2535 was off: no pull records under its root" no_pull_records
 
 log "2b. team-b with its own secret: runs after one manifest round-trip"
 kapi POST /api/v1/namespaces/team-b/secrets "{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"regcred\"},\"type\":\"kubernetes.io/dockerconfigjson\",\"data\":{\".dockerconfigjson\":\"$(dockercfg "carol:$PW_CAROL")\"}}" >/dev/null \

@@ -34,15 +34,16 @@ wait_backend
 check_containerd_version "$V"
 pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
 scrape() { curl -sf "http://127.0.0.1:$MPORT/metrics"; }
-# metric NAME{LABELS}: the value of one sample in a fresh scrape (0 when absent).
-metric() { scrape | awk -v k="$1" '$1 == k {print $2; found=1} END {if (!found) print 0}'; }
+# metric NAME{LABELS}: the value of one sample in a fresh scrape (0 when absent from it);
+# nothing, and a failure, when the scrape fails (an empty answer is not 0).
+metric() { local s; s=$(listing scrape) || return 1; awk -v k="$1" '$1 == k {print $2; found=1} END {if (!found) print 0}' <<<"$s"; }
 DENY='pullgate_gate_decisions_total{verb="prepare",result="deny",reason="no_grant"}'
 
 log "1. metrics: the endpoint, then the numbers after real work"
 check_out "GET /metrics answers with build info" "pullgate_build_info{version=\"$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)\"} 1" scrape
 check_out "its content type is OpenMetrics text" "application/openmetrics-text" curl -sfI "http://127.0.0.1:$MPORT/metrics"
 check "another path is 404" test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/")" = 404
-check "before any pull, nothing was downloaded" test "$(metric 'pullgate_blob_bytes_total{source="downloaded"}')" = 0
+check "before any pull, nothing was downloaded" is_zero metric 'pullgate_blob_bytes_total{source="downloaded"}'
 check "pullgate pull -n A --user alice" pg pull -n A "${REGF[@]}" --user "alice:$PW" "$IMG"
 dl=$(metric 'pullgate_blob_bytes_total{source="downloaded"}')
 check "downloaded bytes grew past the image's 7 MB of layers ($dl)" test "${dl%.*}" -gt 7000000
@@ -75,10 +76,12 @@ check "a verify with a wrong password: result unauthenticated" bash -c \
 check "counted as verify, result unauthenticated" test "$(metric 'pullgate_operation_duration_seconds_count{op="verify",result="unauthenticated"}')" = 1
 check "the refused run's anonymous verify of the image's own name counted as public_check, result unauthenticated" \
   test "$(metric 'pullgate_operation_duration_seconds_count{op="public_check",result="unauthenticated"}')" = 1
-scrape > "$WORK/scrape.txt"
-check "no secret, user or image name in the scrape" bash -c "! grep -qE -- '$PW|alice|private/app|wrong' '$WORK/scrape.txt'"
+scrape > "$WORK/scrape.txt"; src=$?
+# (Both read the scrape only if it worked: a failed one leaves an empty file.)
+scraped="[ $src -eq 0 ] || { echo 'GET /metrics failed (rc=$src)'; exit 1; }"
+check "no secret, user or image name in the scrape" bash -c "$scraped; ! grep -qE -- '$PW|alice|private/app|wrong' '$WORK/scrape.txt'"
 check "every label value comes from a fixed set" bash -c \
-  "! grep -vE '^#' '$WORK/scrape.txt' | grep -oE '[a-z_]+=\"[^\"]*\"' | grep -vE '^(verb|result|reason|op|kind|outcome|source|le|version)=' | grep -q ."
+  "$scraped; ! grep -vE '^#' '$WORK/scrape.txt' | grep -oE '[a-z_]+=\"[^\"]*\"' | grep -vE '^(verb|result|reason|op|kind|outcome|source|le|version)=' | grep -q ."
 
 log "2. log_format = \"json\""
 check "the daemon's log has lines" test "$(wc -l < "$PG/log")" -gt 5
@@ -161,8 +164,8 @@ _launch_trickle() {
 }
 launch_on_free_ports 1 _launch_trickle || fail "start the trickling registry"
 TPORT=$PORT_1
-conns() { ss -Htn state established "( dport = :$TPORT )" | wc -l; }
-no_conns() { [ "$(conns)" -eq 0 ]; }
+# no_conns: ss lists the established connections to the trickling registry, and there are none.
+no_conns() { local l; l=$(listing ss -Htn state established "( dport = :$TPORT )") && [ -z "$l" ]; }
 ptyrun --timeout 4 -- "$PG_BIN" pull --address "$PG/api.sock" -n Q7 --plain-http --user "alice:$PW" "127.0.0.1:$TPORT/slow/app:v1" >/dev/null 2>&1; rc=$?
 check "a pull on a terminal killed after 4 s (rc=$rc) had reached the trickling registry" grep -q '/v2/slow/app/manifests/' "$WORK/trickle.log"
 check "and the daemon drops its connection there within 10 s" wait_for 10 no_conns

@@ -33,8 +33,9 @@ if grep -qx two <<<"$out" && ! grep -qx one <<<"$out"; then pass "whiteout in la
 nsnap=$(ctr_ "${NS[@]}" "${SNAP[@]}" ls | awk 'NR>1 && $NF=="Committed"' | wc -l)
 check "ctr snapshots ls lists the 4-layer chain ($nsnap committed)" test "$nsnap" -eq 4
 # `run --rm` leaves the container's snapshot to containerd's GC (synchronous on 1.6, scheduled on 1.7+).
-ndirs() { ls "$PG/root/snapshots" | wc -l; }
-nsnaps() { ctr_ "${NS[@]}" "${SNAP[@]}" ls | awk 'NR>1' | wc -l; }
+# (Counts from listings that worked: lib.sh's `listing`.)
+ndirs() { local l; l=$(listing ls "$PG/root/snapshots") || return 1; nlines "$l"; }
+nsnaps() { local l; l=$(listing ctr_ "${NS[@]}" "${SNAP[@]}" ls) || return 1; nlines "$(awk 'NR>1' <<<"$l")"; }
 wait_for 30 eval '[ "$(ndirs)" -eq 4 ]'
 check "pullgate holds 4 snapshot directories once containerd's GC has run" test "$(ls "$PG/root/snapshots" | wc -l)" -eq 4
 # The base layer: the one line with no parent column.
@@ -43,11 +44,18 @@ check_out "ctr snapshots info shows the committed base layer" '"Kind": "Committe
 check_out "ctr snapshots usage reports the base layer's size" "MiB" ctr_ "${NS[@]}" "${SNAP[@]}" usage "$base"
 
 log "containerd $V: wrong requests through ctr change nothing"
-before=$(ctr_ "${NS[@]}" "${SNAP[@]}" ls | sort)
+snaps_sorted() { listing ctr_ "${NS[@]}" "${SNAP[@]}" ls | sort; }
+before=$(snaps_sorted); before_rc=$?
+# unchanged: the listing works, as it did before, and is the same (two failed listings are
+# equal too).
+unchanged() {
+  local now; now=$(snaps_sorted) || return 1
+  [ "$before_rc" -eq 0 ] && [ "$now" = "$before" ] || { echo "before (rc=$before_rc): $before / now: $now"; return 1; }
+}
 check_err "prepare on an unknown parent" "not found" ctr_ "${NS[@]}" "${SNAP[@]}" prepare k1 sha256:0000000000000000000000000000000000000000000000000000000000000000
 check_err "commit of an unknown key" "not found" ctr_ "${NS[@]}" "${SNAP[@]}" commit n1 no-such-key
 check_err "remove of a snapshot with children" "precondition|child" ctr_ "${NS[@]}" "${SNAP[@]}" rm "$base"
-check "no snapshot appeared or vanished" test "$before" = "$(ctr_ "${NS[@]}" "${SNAP[@]}" ls | sort)"
+check "no snapshot appeared or vanished" unchanged
 check "pullgate still holds 4 directories" test "$(ls "$PG/root/snapshots" | wc -l)" -eq 4
 
 log "containerd $V: SIGKILL pullgate, restart it, containerd keeps running"
@@ -59,13 +67,13 @@ for _ in $(seq 1 40); do
   ctr_ "${NS[@]}" containers rm after-kill >/dev/null 2>&1; sleep 0.5
 done
 if [ -n "$ok" ]; then pass "image runs after pullgate was SIGKILLed and restarted"; else fail "run after restart: $out"; fi
-check "the chain is intact after restart" test "$before" = "$(ctr_ "${NS[@]}" "${SNAP[@]}" ls | sort)"
+check "the chain is intact after restart" unchanged
 check "containerd was not restarted" kill -0 "$CTRD_PID"
 
 log "containerd $V: image removal and containerd's GC remove the snapshots"
 check "ctr images rm --sync" ctr_ "${NS[@]}" images rm --sync "$IMG"
-check "ctr snapshots ls is empty after GC" test "$(nsnaps)" -eq 0
-check "pullgate's snapshot directories are gone" test "$(ndirs)" -eq 0
+check "ctr snapshots ls is empty after GC" is_zero nsnaps
+check "pullgate's snapshot directories are gone" is_zero ndirs
 
 log "containerd $V: a second namespace pulls and runs again after GC"
 check "pull into namespace e2e2" ctr_ -n e2e2 images pull --plain-http --snapshotter pullgate "$IMG"

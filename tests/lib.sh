@@ -412,6 +412,51 @@ has_image() { ctr_ -n "$1" images ls -q | grep -qxF -- "$2"; }
 # not CMD...: succeeds when CMD fails (for `check`, which runs a command, not a pipeline).
 not() { ! "$@"; }
 
+# Checks that something is absent, empty or counts 0 read a listing only after the command that
+# listed worked: one that failed (containerd down, a wrong socket, a mistyped flag) lists nothing
+# too, and an empty answer is not "none".
+# listing CMD...: runs CMD, passing its output on; when CMD fails, also says so on stderr and
+# fails with its status. Use: `l=$(listing CMD...) || return 1`, then look at $l.
+listing() {
+  "$@"; local rc=$?
+  [ $rc -eq 0 ] || echo "$(shown 200 "$*") failed (rc=$rc)" >&2
+  return $rc
+}
+# nlines TEXT: how many non-empty lines TEXT has (`wc -l <<<""` says 1).
+nlines() { awk 'NF {n++} END {print n + 0}' <<<"$1"; }
+# is_zero CMD...: CMD, which prints a count, succeeds and prints 0.
+is_zero() { local n; n=$("$@") || return 1; [ "$n" = 0 ] || { echo "counted $n"; return 1; }; }
+# lacks TEXT CMD...: CMD succeeds and no line of its output contains TEXT (a fixed string).
+lacks() {
+  local t=$1 l; shift
+  l=$(listing "$@") || return 1
+  if grep -qF -- "$t" <<<"$l"; then echo "listed: $(grep -F -- "$t" <<<"$l" | head -3 | paste -sd' ')"; return 1; fi
+}
+# no_image NS REF: NS's image listing works and names no image REF (`not has_image` passes when
+# the listing fails).
+no_image() {
+  local l; l=$(listing ctr_ -n "$1" images ls -q) || return 1
+  if grep -qxF -- "$2" <<<"$l"; then echo "$1 lists $2"; return 1; fi
+}
+# snapshot_count NS: how many (pullgate) snapshots containerd lists in NS; fails when ctr does.
+snapshot_count() {
+  local l; l=$(listing ctr_ -n "$1" snapshots --snapshotter pullgate ls) || return 1
+  nlines "$(tail -n +2 <<<"$l")"
+}
+# ns_labels NS: NS's content and image listings and the info of each of its (pullgate)
+# snapshots: every place containerd keeps NS's labels, for a search for secrets. Fails when a
+# listing fails (an empty text holds no secret either); a snapshot removed since the listing
+# ("not found") is skipped.
+ns_labels() {
+  local ns=$1 snaps k i
+  listing ctr_ -n "$ns" content ls && listing ctr_ -n "$ns" images ls \
+    && snaps=$(listing ctr_ -n "$ns" snapshots --snapshotter pullgate ls) || return 1
+  for k in $(awk 'NR > 1 {print $1}' <<<"$snaps"); do
+    if i=$(ctr_ -n "$ns" snapshots --snapshotter pullgate info "$k" 2>&1); then echo "$i"
+    elif ! grep -q "not found" <<<"$i"; then echo "ctr snapshots info $k in $ns failed: $(shown 200 "$i")" >&2; return 1; fi
+  done
+}
+
 # settle_gc NS: makes containerd collect garbage now and waits for it (deleting a lease with
 # --sync does both). Called after a refused unpack in NS: it had adopted layers into NS under
 # its lease, and containerd's unpacker trusts a chain it finds by Stat without leasing it, so a
