@@ -4,7 +4,8 @@
 //! configuration shown (and config.toml.example) loads with its own config parser, every
 //! containerd configuration and shipped fragment is valid TOML, every repository path a command
 //! names exists, every relative link resolves; README.md stays short; `--version` matches
-//! Cargo.toml and CHANGELOG.md; no development history in the project's text.
+//! Cargo.toml and CHANGELOG.md, which names every table of the database; no development history
+//! in the project's text.
 use clap::{CommandFactory, Parser};
 use pulldown_cmark::{CodeBlockKind, Event, Parser as Markdown, Tag, TagEnd};
 use pullgate::cli::Cli;
@@ -360,4 +361,20 @@ fn no_development_history_in_the_project() {
         }
     }
     assert!(hits.is_empty(), "development history in the project's text:\n{}", hits.join("\n"));
+}
+
+#[test]
+fn every_database_table_is_in_the_changelog() {
+    // A table added or renamed changes the database's format: CHANGELOG.md must say so (and the
+    // version move with it).
+    let changelog = std::fs::read_to_string(root().join("CHANGELOG.md")).expect("CHANGELOG.md");
+    let re = regex::Regex::new(r#"TableDefinition::new\("([a-z0-9_]+)"\)"#).expect("regex");
+    let mut tables = Vec::new();
+    for file in project_text_files().into_iter().filter(|f| f.starts_with(root().join("src"))) {
+        let text = std::fs::read_to_string(&file).expect("source");
+        tables.extend(re.captures_iter(&text).map(|c| c[1].to_string()));
+    }
+    assert!(tables.len() >= 10, "only {} tables found in src/", tables.len());
+    let missing: Vec<&String> = tables.iter().filter(|t| !changelog.contains(&format!("`{t}`"))).collect();
+    assert!(missing.is_empty(), "tables CHANGELOG.md does not name: {missing:?}");
 }
