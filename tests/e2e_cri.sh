@@ -614,8 +614,19 @@ log "13. a PullImage naming no pod (crictl pull --creds) is the node's"
 check "13: PullImage with carol's secret and no sandbox config" \
   front PullImage "{\"image\":{\"image\":\"$PRIV\"},\"auth\":{\"username\":\"carol\",\"password\":\"$PW_CAROL\"}}"
 check_out "13: the grant is the node's (@node), no pod's" "@node" pg grants -n k8s.io
+# principals_of REF: the principals of k8s.io's grants at REF's origin (sorted, one per line);
+# fails when pullgate grants fails.
+principals_of() {
+  local j; j=$(pg grants -n k8s.io -o json) || return 1
+  python3 -c 'import json,sys; o=sys.argv[1].rsplit(":",1)[0]; print("\n".join(sorted({g["principal"] for g in json.load(sys.stdin) if g["origin"] == o})))' "$1" <<<"$j"
+}
+p13=$(principals_of "$PRIV"); rc=$?
+check "13: pullgate grants lists the private image's grants in k8s.io (${p13//$'\n'/, })" test $rc -eq 0 -a -n "$p13"
+check "13: (@node among them)" grep -qx '@node' <<<"$p13"
+check "13: (none namespace-wide)" not grep -qx '' <<<"$p13"
 run_pod front app-n team-n || fail "13: RunPodSandbox for team-n/app-n"; SID_N=$SID
-check_refused "13: team-n's pod (no secret of its own) is refused the image the node pulled" "$REFUSED team-n/app-n" "$PRIVMSG" \
+check_refused "13: team-n's pod (no secret of its own) is refused the image the node pulled: no grant of its principal" \
+  "$REFUSED team-n/app-n \(principal \"team-n\"\) the image [^ ]*: no grant for this namespace and principal covers this private layer" "$PRIVMSG" \
   run_in front app-n team-n "$SID_N" n1 "$PRIV"
 
 log "1b. streams and container calls pass through"
@@ -681,16 +692,40 @@ check "11: pullgate grants -n k8s.io works after the pods are removed (rc=$rc)" 
 check "11: and team-p/web-1's grant was pruned with its last sandbox" not grep -q "team-p/web-1" <<<"$gl"
 check_has "11: pullgate's log says so" "pruned the grants of a pod whose last sandbox was removed" grep "team-p/web-1" "$PG/log"
 log "13b. require_principal turned off for k8s.io: the node's pull still lets no pod run the image"
+# With require_principal off, a namespace-wide grant counts for every pod (doctor warns of it;
+# a pod's principal is its own, as section 11 set [cri] principal = "pod"); the node's grant
+# (@node) is no namespace-wide grant and must still count for no pod.
 printf '\n[namespaces."k8s.io"]\nrequire_principal = false\n' >> "$PG/config.toml"
 kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
 start_pullgate "$PG" || exit 1
 wait_for 30 front Version || fail "13b: the front serves again"
 wait_backend
+doc=$("$PG_BIN" doctor --config "$PG/config.toml" --containerd-config "$WORK/containerd/config.toml" -o json 2>&1)
+principals_check() { python3 -c 'import json,sys; c=[c for c in json.load(sys.stdin)["checks"] if c["name"] == "principals"]; print(c[0]["status"] + ": " + c[0]["message"] if c else "no principals check")' <<<"$doc"; }
+check_out "13b: pullgate doctor warns that require_principal is off for k8s.io" "warning: require_principal is off for k8s.io" principals_check
 check "13b: PullImage with carol's secret and no sandbox config, again" \
   front PullImage "{\"image\":{\"image\":\"$PRIV\"},\"auth\":{\"username\":\"carol\",\"password\":\"$PW_CAROL\"}}"
+p13=$(principals_of "$PRIV"); rc=$?
+check "13b: the node's grant is there, and no namespace-wide one (${p13//$'\n'/, })" test $rc -eq 0 -a -n "$p13"
+check "13b: (@node among them)" grep -qx '@node' <<<"$p13"
+check "13b: (none namespace-wide)" not grep -qx '' <<<"$p13"
 run_pod front app-n2 team-n2 || fail "13b: RunPodSandbox for team-n2/app-n2"; SID_N2=$SID
-check_refused "13b: team-n2's pod is refused the image the node pulled" "$REFUSED team-n2/app-n2" "$PRIVMSG" \
+check_refused "13b: team-n2's pod is refused the image the node pulled: no grant of its principal" \
+  "$REFUSED team-n2/app-n2 \(principal \"team-n2/app-n2/uid-app-n2\"\) the image [^ ]*: no grant for this namespace and principal covers this private layer" "$PRIVMSG" \
   run_in front app-n2 team-n2 "$SID_N2" n2 "$PRIV"
+# The positive control: a namespace-wide grant (pullgate verify without --principal) does let
+# team-n2's pod run the image here, so the refusal above is the node's grant counting for no pod.
+check "13b: pullgate verify -n k8s.io without --principal (a namespace-wide grant)" pg verify -n k8s.io --user "carol:$PW_CAROL" "$PRIV"
+check_out "13b: team-n2's pod now runs the image on the namespace-wide grant (require_principal is off)" "$PRIVMSG" \
+  run_in front app-n2 team-n2 "$SID_N2" n3 "$PRIV"
+check "13b: pullgate revoke -n k8s.io --principal '' of the image's origin" pg revoke -n k8s.io --principal '' "$PRIV"
+p13=$(principals_of "$PRIV"); rc=$?
+check "13b: pullgate grants lists them after the revoke (${p13//$'\n'/, })" test $rc -eq 0 -a -n "$p13"
+check "13b: (@node kept)" grep -qx '@node' <<<"$p13"
+check "13b: (none namespace-wide)" not grep -qx '' <<<"$p13"
+check_refused "13b: and team-n2's pod is refused again" \
+  "$REFUSED team-n2/app-n2 \(principal \"team-n2/app-n2/uid-app-n2\"\) the image [^ ]*: no grant for this namespace and principal covers this private layer" "$PRIVMSG" \
+  run_in front app-n2 team-n2 "$SID_N2" n4 "$PRIV"
 for s in "$SID_N2"; do front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; done
 
 log "14. pull secrets holding only an identity token or a registry token"
@@ -728,10 +763,16 @@ run_pod front tok-4 team-t4 || fail "14: RunPodSandbox team-t4/tok-4"
 check "14: team-t4's PullImage with alice's password" pull_as tok-4 team-t4 "$TPRIV" "alice:$PW_ALICE"
 ID_T4=$(grant_identity team-t4/tok-4)
 check "14: alice's password is another identity than her identity token ($ID_T4)" test -n "$ID_T4" -a "$ID_T4" != "$ID_T1"
-IT_REVOKED=$(identity_token t alice "$PW_ALICE"); revoke_token t "$IT_REVOKED"
+# A token that worked, then was revoked at the token service: the next pod's PullImage with it is
+# refused, so nothing pullgate may keep from the earlier exchange (an access token, a verdict)
+# stands in for asking the token service again.
+IT_REVOKED=$(identity_token t alice "$PW_ALICE")
+run_pod front tok-r team-tr || fail "14: RunPodSandbox team-tr/tok-r"
+check_out "14: team-tr's PullImage with an identity token works before it is revoked" '"image_ref":"sha256:' pull_as tok-r team-tr "$TPRIV" "{\"identity_token\":\"$IT_REVOKED\"}"
+revoke_token t "$IT_REVOKED"
 n0=$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")
-refused_unrecorded "14: a revoked identity token" "refused the identity token: invalid_grant \\(expired, revoked" "$IT_REVOKED" tok-5 team-t5
-check "14: the token service was asked, and refused it" test "$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")" -gt "$n0"
+refused_unrecorded "14: the same identity token, revoked since" "refused the identity token: invalid_grant \\(expired, revoked" "$IT_REVOKED" tok-5 team-t5
+check "14: the token service was asked again, and refused it" test "$(grep -c 'denied: the refresh token has been revoked' "$TOKLOG")" -gt "$n0"
 token_acl t "acl['refresh_ttl'] = -60"; IT_EXPIRED=$(identity_token t alice "$PW_ALICE"); token_acl t "acl.pop('refresh_ttl')"
 refused_unrecorded "14: an expired identity token" "refused the identity token: invalid_grant \\(expired, revoked" "$IT_EXPIRED" tok-6 team-t6
 IT_OTHER=$(identity_token t alice "$PW_ALICE" other-service)
@@ -830,7 +871,11 @@ check_out "16: team-p4's pod, without a secret, runs the public name all the sam
 
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
 PATS=$WORK/secret-patterns
-printf '%s\n' "$PW_ALICE" "$PW_CAROL" "$PW_ADMIN" "$PW_CI" > "$PATS"
+: > "$PATS"
+for up in "alice:$PW_ALICE" "carol:$PW_CAROL" "admin:$PW_ADMIN" "ci:bot:$PW_CI"; do
+  printf '%s\n' "${up##*:}" >> "$PATS"                      # the password
+  printf '%s' "$up" | base64 -w0 >> "$PATS"; echo >> "$PATS"  # "user:password" as a Basic header carries it
+done
 # Every token the token server issued (identity tokens, registry tokens, the access tokens pullgate
 # obtained): its signature, which any copy of the token contains.
 awk '{n = split($2, a, "."); print a[n]}' "$WORK/registry-t/tokens.log" >> "$PATS"
