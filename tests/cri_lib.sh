@@ -147,3 +147,24 @@ start_cri_stack() {
 
 # cri ARGS...: the CRI client against this run's containerd.
 cri() { "$CRI_BIN" --socket "$CTRD_SOCK" "$@"; }
+
+# start_baseline_containerd VERSION DIR SANDBOX_IMAGE HOSTS_DIR: containerd VERSION alone, the
+# reference a pullgate run is compared with: no proxy plugin, CRI on its built-in overlayfs (the
+# default snapshotter), every other CRI setting as containerd_cri_config writes it (runtime,
+# registries from HOSTS_DIR, $WORK/cni's network); its root, state, socket and log under
+# DIR/containerd. Sets BASE_PID, BASE_SOCK and BASE_CTR (a ctr command array).
+start_baseline_containerd() {
+  local v=$1 d=$2 bin; bin=$(containerd_bindir "$v") || return 1
+  mkdir -p "$d" "$WORK/cni"
+  ln -sfn "$WORK/cni" "$d/cni"
+  # containerd_cri_config in a subshell, rooted in DIR, with the fragment (pullgate's
+  # registration) reduced to the config version and containerd's own root and state.
+  ( WORK=$d
+    fragment() { printf 'version = %s\nroot = "%s"\nstate = "%s"\n' "$([ "$1" = 1.x ] && echo 2 || echo 3)" "$WORK/containerd/root" "$WORK/containerd/state"; }
+    containerd_cri_config "$v" "" "$3" "$4" ) || return 1
+  PATH="$bin:$PATH" "$bin/containerd" --config "$d/containerd/config.toml" >>"$d/containerd/log" 2>&1 &
+  BASE_PID=$!; PIDS+=($BASE_PID)
+  BASE_SOCK=$d/containerd/containerd.sock
+  BASE_CTR=("$bin/ctr" -a "$BASE_SOCK")
+  wait_for 30 "${BASE_CTR[@]}" version || { echo "baseline containerd $v did not start:"; tail -50 "$d/containerd/log"; return 1; }
+}

@@ -19,6 +19,9 @@ it must name one diffID per layer.
 of G GiB of zeros, compressed as a zstd frame written by hand from RLE blocks (4 bytes per
 128 KiB, about 32000:1; gzip cannot pass about 1030:1), media type tar+zstd. Its diffID is the
 real one, hashed while the tar streams by (never held in memory).
+--user sets the config's User (a uid, a name, either with ":group").
+--file PATH=SRC[:MODE] (repeatable) adds the host file SRC at PATH in the top layer (with /msg),
+its parent directories too; MODE is octal (default 0644; 4755 makes a setuid-root program).
 Without these options the output is unchanged.
 """
 import subprocess
@@ -109,6 +112,9 @@ def main():
                     help="link every applet busybox lists into /bin (critest runs top, ipcs, hostname, ...)")
     ap.add_argument("--nested-index", action="store_true",
                     help="tag an image index (one linux/amd64 entry) instead of the manifest")
+    ap.add_argument("--user", help="the config's User")
+    ap.add_argument("--file", action="append", default=[], metavar="PATH=SRC[:MODE]",
+                    help="add the host file SRC at PATH (octal MODE, default 644) to the top layer")
     a = ap.parse_args()
 
     with open(BUSYBOX, "rb") as f:
@@ -128,7 +134,21 @@ def main():
         layers.append([("data", "dir", None, 0o755), (f"data/blob-{i}", "file", rng.randbytes(size), 0o644)])
     if a.zero_layer_gib is not None:
         layers.append(None)  # the bomb, built by zero_layer
-    layers.append([("msg", "file", (a.message + "\n").encode(), 0o644)])
+    top = [("msg", "file", (a.message + "\n").encode(), 0o644)]
+    dirs = set()
+    for spec in a.file:
+        path, _, src = spec.partition("=")
+        src, _, mode = src.partition(":")
+        path = path.strip("/")
+        parts = path.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/".join(parts[:i])
+            if d not in dirs:
+                dirs.add(d)
+                top.append((d, "dir", None, 0o1777 if d == "tmp" else 0o755))
+        with open(src, "rb") as f:
+            top.append((path, "file", f.read(), int(mode or "644", 8)))
+    layers.append(top)
 
     out = a.dir
     os.makedirs(os.path.join(out, "blobs", "sha256"), exist_ok=True)
@@ -154,7 +174,8 @@ def main():
         diff_ids = claimed
     config = {
         "architecture": "amd64", "os": "linux", "created": "2026-01-01T00:00:00Z",
-        "config": {"Cmd": ["/bin/sh", "-c", a.cmd or "cat /msg; ls /etc/pullgate-test"], "Env": ["PATH=/bin"]},
+        "config": {"Cmd": ["/bin/sh", "-c", a.cmd or "cat /msg; ls /etc/pullgate-test"], "Env": ["PATH=/bin"],
+                   **({"User": a.user} if a.user is not None else {})},
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
         "history": [{"created": "2026-01-01T00:00:00Z", "created_by": "pullgate tests/mkimage.py"} for _ in layers],
     }
