@@ -60,19 +60,9 @@ log "containerd $V, critest $CRI_TOOLS_VERSION: setup"
 
 # The images' files.
 F=$WORK/files; mkdir -p "$F"
-# busybox's own /etc/passwd and /etc/group (RunAsUserName runs as "nobody", the user images
-# name www-data).
-cat > "$F/passwd" <<'TXT'
-root:x:0:0:root:/root:/bin/sh
-daemon:x:1:1:daemon:/usr/sbin:/bin/false
-bin:x:2:2:bin:/bin:/bin/false
-sys:x:3:3:sys:/dev:/bin/false
-sync:x:4:100:sync:/bin:/bin/sync
-mail:x:8:8:mail:/var/spool/mail:/bin/false
-www-data:x:33:33:www-data:/var/www:/bin/false
-operator:x:37:37:Operator:/var:/bin/false
-nobody:x:65534:65534:nobody:/home:/bin/false
-TXT
+# busybox's own /etc/passwd (as tests/mkctrdimages.py writes it) and /etc/group (RunAsUserName
+# runs as "nobody", the user images name www-data).
+python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); from mkctrdimages import PASSWD; print(PASSWD, end="")' "$REPO/tests" > "$F/passwd"
 cat > "$F/group" <<'TXT'
 root:x:0:
 daemon:x:1:
