@@ -47,10 +47,13 @@ CRITEST_FOCUS=${CRITEST_FOCUS:-.}
 DEFAULT_SKIP='Image Manager public image with digest should be pulled and removed'
 CRITEST_SKIP=${CRITEST_SKIP:-$DEFAULT_SKIP}
 # The baseline's passes on these machines (whole suite, default skip), measured 2026-12-04; a
-# baseline that passes fewer is an environment that is broken.
+# baseline that passes fewer is an environment that is broken. 2.1: 105 or 106: the user-namespace
+# spec that needs idmapped mounts on the host ("Host idmap mount support is needed ...
+# NamespaceMode_POD") passes in some runs and fails in others with runc's "error preparing
+# rootfs", in all three runs alike; the floor counts it as failing.
 case $V in
   1.7) floor=92 ;;
-  2.1) floor=106 ;;
+  2.1) floor=105 ;;
   *) floor=1 ;;
 esac
 CRITEST_FLOOR=${CRITEST_FLOOR:-$floor}
