@@ -16,11 +16,12 @@
 #      driven as kubelet drives it by the test CRI client in examples/cri.rs), and `pullgate
 #      doctor` against sound and wrongly configured containerds; under 1.7 and 2.1 also real
 #      clients built from their Go modules: nerdctl with pullgate as its snapshotter, crictl
-#      through the CRI front and directly, critest (the CRI validation suite) run directly
-#      and through the front, a real kubelet (with and without an API server) through the
-#      front, and containerd's own integration tests (integration/client, built
-#      from the source of that containerd's exact version) with overlayfs and with pullgate as
-#      their snapshotter; each time the two pass sets compared
+#      through the CRI front and directly, critest (the CRI validation suite) run against
+#      containerd alone, directly with pullgate as the snapshotter and through the front, a real
+#      kubelet (with and without an API server) through the front, and containerd's own
+#      integration tests (integration/client, built from the source of that containerd's exact
+#      version) against containerd alone and with pullgate as their snapshotter; each time the
+#      pass sets with pullgate compared with containerd alone's
 #   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
 #      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
 #   6. the differential test of image documents (tests/difftest): pullgate's reading against
@@ -79,7 +80,7 @@ for driver in overlay copy; do
 done
 
 # A second lane, beside the end-to-end loop below: containerd's own integration tests
-# (integration/client of containerd 1.7's and 2.1's source) with overlayfs and with pullgate,
+# (integration/client of containerd 1.7's and 2.1's source) against containerd alone and with pullgate,
 # about five minutes a version spent mostly waiting on containers and timeouts. They run in
 # mount and PID namespaces of their own, on their own ports and directories; their output is
 # printed, and their failures counted, at the end.
@@ -88,7 +89,7 @@ lane_versions=(1.7 2.1)
 (
   rc=0
   for v in "${lane_versions[@]}"; do
-    printf '\n##### %s\n' "containerd's own integration tests (integration/client of containerd $v) with overlayfs and with pullgate"
+    printf '\n##### %s\n' "containerd's own integration tests (integration/client of containerd $v) against containerd alone (overlayfs) and with pullgate"
     if bash tests/e2e_containerd_suite.sh "$v"; then r=passed; else r=failed; rc=1; echo "containerd integration tests containerd $v" >> "$lane/failed"; fi
     echo "$r" > "$lane/result-$v"
   done
@@ -136,7 +137,7 @@ for v in 1.6 1.7 2.1 2.4; do
     step "a real kubelet (v1.37, standalone and with kube-apiserver) through the CRI front under containerd $v"
     run_part "e2e kubelet containerd $v" bash tests/e2e_kubelet.sh "$v"
     if [ "$v" != 2.4 ]; then   # (time: critest runs under 1.7 and 2.1)
-      step "critest (the CRI validation suite) directly and through the CRI front under containerd $v"
+      step "critest (the CRI validation suite) against containerd alone, with pullgate as its snapshotter and through the CRI front under containerd $v"
       run_part "critest containerd $v" bash tests/e2e_critest.sh "$v"
     fi
   fi
