@@ -69,31 +69,32 @@ fn fenced_blocks(file: &Path) -> Vec<Block> {
     out
 }
 
+/// The spans of a document that `pick` takes from its Markdown events (inline code, link
+/// targets), with their lines.
+fn spans(file: &Path, pick: impl Fn(Event) -> Option<String>) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(file).expect("readable document");
+    Markdown::new(&text).into_offset_iter().filter_map(|(event, range)| Some((line_of(&text, range.start), pick(event)?))).collect()
+}
+
 /// The inline code spans of a document, with their lines.
 fn inline_code(file: &Path) -> Vec<(usize, String)> {
-    let text = std::fs::read_to_string(file).expect("readable document");
-    Markdown::new(&text)
-        .into_offset_iter()
-        .filter_map(|(event, range)| match event {
-            Event::Code(code) => Some((line_of(&text, range.start), code.to_string())),
-            _ => None,
-        })
-        .collect()
+    spans(file, |e| match e {
+        Event::Code(code) => Some(code.to_string()),
+        _ => None,
+    })
 }
 
+/// The link targets of a document, with their lines.
 fn links(file: &Path) -> Vec<(usize, String)> {
-    let text = std::fs::read_to_string(file).expect("readable document");
-    Markdown::new(&text)
-        .into_offset_iter()
-        .filter_map(|(event, range)| match event {
-            Event::Start(Tag::Link { dest_url, .. }) => Some((line_of(&text, range.start), dest_url.to_string())),
-            _ => None,
-        })
-        .collect()
+    spans(file, |e| match e {
+        Event::Start(Tag::Link { dest_url, .. }) => Some(dest_url.to_string()),
+        _ => None,
+    })
 }
 
-fn all_blocks() -> Vec<Block> {
-    documents().iter().flat_map(|f| fenced_blocks(f)).collect()
+/// The fenced blocks of every document whose info string starts with `kind` (`sh`, `toml`).
+fn blocks_of(kind: &str) -> Vec<Block> {
+    documents().iter().flat_map(|f| fenced_blocks(f)).filter(|b| b.info.split_whitespace().next() == Some(kind)).collect()
 }
 
 /// The commands of an `sh` block: continuation lines joined, comments and prompts dropped.
@@ -146,16 +147,16 @@ fn pullgate_words(cmd: &str) -> Vec<Vec<String>> {
 fn every_pullgate_command_shown_parses() {
     let mut checked = 0;
     let mut errors = Vec::new();
-    for block in all_blocks().iter().filter(|b| b.info.split_whitespace().next() == Some("sh")) {
-        for (line, cmd) in commands(block) {
+    for block in blocks_of("sh") {
+        for (line, cmd) in commands(&block) {
             for words in pullgate_words(&cmd) {
-            checked += 1;
-            match Cli::try_parse_from(&words) {
-                Ok(_) => {}
-                // `--help` and `--version` are what they show.
-                Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {}
-                Err(e) => errors.push(format!("{}:{line}: {cmd}\n{e}", block.file.display())),
-            }
+                checked += 1;
+                match Cli::try_parse_from(&words) {
+                    Ok(_) => {}
+                    // `--help` and `--version` are what they show.
+                    Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {}
+                    Err(e) => errors.push(format!("{}:{line}: {cmd}\n{e}", block.file.display())),
+                }
             }
         }
     }
@@ -228,8 +229,8 @@ fn every_repository_path_a_command_names_exists() {
         .collect();
     let mut checked = 0;
     let mut missing = Vec::new();
-    for block in all_blocks().iter().filter(|b| b.info.split_whitespace().next() == Some("sh")) {
-        for (line, cmd) in commands(block) {
+    for block in blocks_of("sh") {
+        for (line, cmd) in commands(&block) {
             for word in shlex::split(&cmd).unwrap_or_default() {
                 let word = word.trim_start_matches("./");
                 if !prefixes.iter().any(|p| word.starts_with(p)) || word.contains(['$', '*', '<']) {
@@ -253,7 +254,7 @@ fn every_repository_path_a_command_names_exists() {
 fn every_configuration_shown_loads() {
     let mut pullgate = 0;
     let mut errors = Vec::new();
-    for block in all_blocks().iter().filter(|b| b.info.split_whitespace().next() == Some("toml")) {
+    for block in blocks_of("toml") {
         let first = block.text.lines().next().unwrap_or("").trim();
         let at = format!("{}:{}", block.file.display(), block.line);
         if first == PULLGATE_CONFIG {
