@@ -265,9 +265,10 @@ build_docreaders() {
 [ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_docreaders
 
 # Rust build (release: the daemon under test is the one an operator would run), the CRI test
-# client (examples/cri.rs; kubelet's part in the Kubernetes tests) and pullgate's side of the
-# differential test (examples/docread.rs).
+# client (examples/cri.rs; kubelet's part in the Kubernetes tests), pullgate's side of the
+# differential test (examples/docread.rs), and the upgrade test's stand-in for a newer release
+# (examples/ledgerformat.rs).
 if [ -z "${PULLGATE_SKIP_BUILD:-}" ]; then
-  (cd "$here" && cargo build --release --locked --bin pullgate --bin pullgated --example cri --example docread 2>&1 | tail -n 3)
+  (cd "$here" && cargo build --release --locked --bin pullgate --bin pullgated --example cri --example docread --example ledgerformat 2>&1 | tail -n 3)
 fi
 echo "setup: done"

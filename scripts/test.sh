@@ -143,6 +143,9 @@ for v in 1.6 1.7 2.1 2.4; do
   fi
 done
 
+step "upgrade: the previous release's ledger opened with every grant and decision intact; a newer ledger refused unchanged"
+run_part "e2e upgrade" bash tests/e2e_upgrade.sh
+
 for v in 1.6 2.1; do
   step "crash test under containerd $v: crash points and SIGKILLs of pullgate (and containerd) during pull, verify, unpack and run"
   run_part "crash test containerd $v" bash tests/crash.sh "$v"

@@ -41,6 +41,17 @@ const REMAPS: TableDefinition<&str, &str> = TableDefinition::new("remapped_chain
 /// chain index table took eight times as long to build, reading pages back from the file.
 pub const CACHE_BYTES: usize = 128 * 1024 * 1024;
 const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+/// Which format the database is in and which pullgate last opened it: `format` -> the number
+/// ([`LEDGER_FORMAT`]), `opened_by` -> that pullgate's version. Read before anything is
+/// written, so that a pullgate older than the database refuses it and changes nothing.
+const FORMAT: TableDefinition<&str, &str> = TableDefinition::new("ledger_format");
+
+/// The database's format. A version that stores something an older one would misread or
+/// lose (a table's or value's meaning changed, a decision that depends on a table it does not
+/// know) raises it; a version that only adds what an older one may ignore keeps it.
+/// 1: databases of pullgate 0.1.0, which carry no [`FORMAT`] table.
+/// 2: the [`FORMAT`] table itself; otherwise as 1.
+pub const LEDGER_FORMAT: u64 = 2;
 
 /// The ledger's collections. Values are encoded as [`encode`] says; composite keys join their
 /// parts with NUL, which no validated name can contain.
@@ -116,6 +127,10 @@ pub enum StoreError {
     Db(#[from] redb::Error),
     #[error("metadata record for {key:?} is unreadable: {reason}")]
     Corrupt { key: String, reason: String },
+    #[error(
+        "{path} is in ledger format {found} (last opened by pullgate {opened_by}); this is pullgate {ours}, which reads formats up to {LEDGER_FORMAT}: run pullgate {opened_by} or later on it, or put back the copy of metadata.redb taken before the upgrade. Nothing was changed."
+    )]
+    TooNew { path: String, found: u64, opened_by: String, ours: &'static str },
 }
 
 macro_rules! redb_errors {
@@ -168,6 +183,9 @@ pub struct MetaStore {
     /// Write transactions committed since the store was opened: readers that cache what they
     /// computed from the database (the metrics gauges) know when it changed.
     commits: std::sync::atomic::AtomicU64,
+    /// The format of the database as found when opened, and the pullgate that last opened it
+    /// (None: created by this open).
+    found: Option<(u64, String)>,
 }
 
 /// A read transaction. Ledger tables are opened once per transaction and reused: a gate
@@ -181,6 +199,10 @@ pub struct WriteTx(redb::WriteTransaction);
 
 impl MetaStore {
     pub fn open(path: &Path) -> Result<MetaStore, StoreError> {
+        let existed = path.exists();
+        if existed {
+            refuse_newer(path)?;
+        }
         let db = redb::Builder::new().set_cache_size(CACHE_BYTES).create(path)?;
         // Create the tables once so that read transactions never meet a missing table.
         let txn = db.begin_write()?;
@@ -194,8 +216,9 @@ impl MetaStore {
         for c in Collection::ALL {
             txn.open_table(c.def())?;
         }
+        let found = stamp_format(&txn, path)?;
         txn.commit()?;
-        let store = MetaStore { db, commits: Default::default() };
+        let store = MetaStore { db, commits: Default::default(), found: existed.then_some(found) };
         store.write(|tx| {
             tx.once(SNAPSHOT_REFS_BUILT, |tx| {
                 for (k, r) in scan_in::<Record, _>(&tx.0.open_table(SNAPSHOTS)?, "")? {
@@ -207,6 +230,18 @@ impl MetaStore {
             })
         })?;
         Ok(store)
+    }
+
+    /// The format the database was in when opened, and the pullgate that last opened it before
+    /// (None: this open created it).
+    pub fn found_format(&self) -> Option<&(u64, String)> {
+        self.found.as_ref()
+    }
+
+    /// The database's format and the version of pullgate that last opened it.
+    pub fn format(&self) -> Result<(u64, String), StoreError> {
+        let tx = self.db.begin_read()?;
+        read_format(&tx.open_table(FORMAT)?)
     }
 
     pub fn read<T, E: From<StoreError>>(&self, f: impl FnOnce(&ReadTx) -> Result<T, E>) -> Result<T, E> {
@@ -227,6 +262,52 @@ impl MetaStore {
     pub fn commits(&self) -> u64 {
         self.commits.load(std::sync::atomic::Ordering::SeqCst)
     }
+}
+
+/// Refuses a database a newer pullgate wrote, reading it without writing: redb opened read-only
+/// takes no write lock and changes no byte. A database that needs repair (its last writer was
+/// killed) cannot be opened read-only; the writable open that follows repairs it, which
+/// changes no record, and [`stamp_format`] checks again before its transaction commits.
+fn refuse_newer(path: &Path) -> Result<(), StoreError> {
+    let db = match redb::ReadOnlyDatabase::open(path) {
+        Ok(db) => db,
+        Err(redb::DatabaseError::RepairAborted) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let tx = db.begin_read()?;
+    let found = match tx.open_table(FORMAT) {
+        Ok(t) => read_format(&t)?,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    check_format(path, found)
+}
+
+fn read_format(t: &impl ReadableTable<&'static str, &'static str>) -> Result<(u64, String), StoreError> {
+    let get = |k: &str| -> Result<Option<String>, StoreError> { Ok(t.get(k)?.map(|v| v.value().to_string())) };
+    let format = match get("format")? {
+        Some(f) => f.parse().map_err(|_| StoreError::Corrupt { key: "ledger_format|format".into(), reason: format!("not a number: {f:?}") })?,
+        None => 1,
+    };
+    Ok((format, get("opened_by")?.unwrap_or_else(|| "0.1.0".into())))
+}
+
+fn check_format(path: &Path, (found, opened_by): (u64, String)) -> Result<(), StoreError> {
+    if found > LEDGER_FORMAT {
+        return Err(StoreError::TooNew { path: path.display().to_string(), found, opened_by, ours: env!("CARGO_PKG_VERSION") });
+    }
+    Ok(())
+}
+
+/// Records this version's format and version in the opening transaction (after checking the
+/// database is not newer: see [`refuse_newer`]); returns what the database said before.
+fn stamp_format(txn: &redb::WriteTransaction, path: &Path) -> Result<(u64, String), StoreError> {
+    let mut t = txn.open_table(FORMAT)?;
+    let found = read_format(&t)?;
+    check_format(path, found.clone())?;
+    t.insert("format", LEDGER_FORMAT.to_string().as_str())?;
+    t.insert("opened_by", env!("CARGO_PKG_VERSION"))?;
+    Ok(found)
 }
 
 /// Leading byte of a value in pullgate's binary format: postcard (compact, and several times
@@ -736,5 +817,39 @@ mod tests {
         }
         let s = MetaStore::open(&p).unwrap();
         assert_eq!(s.write(|tx| tx.next_id()).unwrap(), 3);
+    }
+
+    #[test]
+    fn format_is_stamped_and_a_newer_one_refused_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.redb");
+        {
+            let s = MetaStore::open(&p).unwrap();
+            assert_eq!(s.format().unwrap(), (LEDGER_FORMAT, env!("CARGO_PKG_VERSION").to_string()));
+            s.write(|tx| tx.put("a", &rec(1, ""))).unwrap();
+        }
+        // A database a newer pullgate opened: its format above ours.
+        {
+            let db = redb::Database::create(&p).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.open_table(FORMAT).unwrap().insert("format", (LEDGER_FORMAT + 1).to_string().as_str()).unwrap();
+            tx.open_table(FORMAT).unwrap().insert("opened_by", "9.1.0").unwrap();
+            tx.commit().unwrap();
+        }
+        let before = std::fs::read(&p).unwrap();
+        let e = MetaStore::open(&p).err().expect("a newer format is refused").to_string();
+        let want = format!("ledger format {} (last opened by pullgate 9.1.0); this is pullgate {}, which reads formats up to {LEDGER_FORMAT}", LEDGER_FORMAT + 1, env!("CARGO_PKG_VERSION"));
+        assert!(e.contains(&want) && e.contains("Nothing was changed"), "{e}");
+        assert!(std::fs::read(&p).unwrap() == before, "the refused database was changed");
+        // A database of 0.1.0 (no format table): opened, stamped, its records kept.
+        {
+            let db = redb::Database::create(&p).unwrap();
+            let tx = db.begin_write().unwrap();
+            tx.delete_table(FORMAT).unwrap();
+            tx.commit().unwrap();
+        }
+        let s = MetaStore::open(&p).unwrap();
+        assert_eq!(s.format().unwrap().0, LEDGER_FORMAT);
+        assert_eq!(s.read(|tx| tx.get("a")).unwrap().map(|r| r.id), Some(1));
     }
 }

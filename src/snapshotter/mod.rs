@@ -393,6 +393,10 @@ impl Snapshotter {
             .map_err(|source| SnapshotterError::Io { context: format!("create {}", root.display()), source })?;
         let layout = Layout::new(root, driver)?;
         let store = std::sync::Arc::new(MetaStore::open(&root.join("metadata.redb"))?);
+        if let Some((format, by)) = store.found_format().filter(|(f, by)| *f != crate::metastore::LEDGER_FORMAT || by != env!("CARGO_PKG_VERSION")) {
+            tracing::info!(from_format = format, from_version = %by, format = crate::metastore::LEDGER_FORMAT, version = env!("CARGO_PKG_VERSION"),
+                "ledger opened by another version: format {format} (last opened by pullgate {by}) is now format {} (pullgate {})", crate::metastore::LEDGER_FORMAT, env!("CARGO_PKG_VERSION"));
+        }
         store.write(crate::ledger::upgrade)?;
         let s = Snapshotter {
             store,
