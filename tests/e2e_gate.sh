@@ -560,6 +560,19 @@ check "pullgate's log says so, naming the image" grep -q "admitted: the image is
 check_refused "P9's plain ctr pull of A's private image (alice's password, which pullgate never saw) is still refused at its unpack" "$DENIED \"P9\"" "$LEAK" \
   ctr_ -n P9 images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$HPRIV"
 check_refused "B's run of the image it stole in 3 is still refused (its name verifies nowhere)" "$DENIED \"B\"" "$LEAK" run_img B b11 stolen.example/app:v1
+# Its name's origin cannot be reached: asked again only after a while (10 s), not at every
+# refused request, so that a namespace's records naming unreachable origins do not cost an
+# anonymous verify (and the registry timeout) per request.
+asked() { tail -n +"$((mark + 1))" "$PG/log" | grep -c "not public at this name's origin.*name=stolen.example/app@" || true; }
+mark=$(wc -l < "$PG/log")
+check_refused "B's run refused again" "$DENIED \"B\"" "$LEAK" run_img B b12 stolen.example/app:v1
+check_refused "and again" "$DENIED \"B\"" "$LEAK" run_img B b13 stolen.example/app:v1
+n1=$(asked)
+check "the unreachable origin was asked at most once for both ($n1)" test "$n1" -le 1
+sleep 10.5
+check_refused "B's run refused 10 s later" "$DENIED \"B\"" "$LEAK" run_img B b14 stolen.example/app:v1
+n2=$(asked)
+check "then the origin was asked again, once ($n1, then $n2)" test "$n2" -eq $((n1 + 1))
 # The other order: the private name first; then the public one with plain ctr, its record made
 # before its unpack (ctr content fetch makes the record; ctr run unpacks it).
 check "A pulls the private name of another image first" pg pull -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_h/private/dup2:v1"

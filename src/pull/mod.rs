@@ -143,8 +143,8 @@ pub struct Puller {
     /// Blob digest -> a namespace that held it when pullgate last placed it there
     /// (`holder_hints`), so that finding a blob on the node does not ask every namespace.
     pub holders: std::sync::Mutex<HashMap<String, String>>,
-    /// Pinned references (`repo@digest`) whose anonymous verify failed lately, and when
-    /// (`public_at_own_origin`).
+    /// Pinned references (`repo@digest`) whose anonymous verify failed lately, and until when
+    /// they are not asked again (`public_at_own_origin`).
     pub not_public: std::sync::Mutex<HashMap<String, std::time::Instant>>,
 }
 
@@ -177,6 +177,15 @@ struct Blob {
 /// How long an anonymous verify that failed is not tried again for the same pinned reference:
 /// a request refused again and again costs the registry one anonymous verify a minute.
 const PUBLIC_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+/// The same for an origin that could not be reached (down, slow, refusing connections): asked
+/// again sooner, so that a public image runs again soon after its registry is back, while image
+/// records naming unreachable origins cost each of them one attempt (bounded by the registry
+/// timeout) per this time, not one per refused request.
+const UNREACHABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+/// Pinned references remembered as not public, at most; when full, the one that would be asked
+/// again soonest is forgotten for the newest (a namespace filling it with names of its own
+/// cannot turn the memory off for everyone).
+const MAX_NOT_PUBLIC: usize = 10_000;
 /// At most this many of an image's names are asked whether the image is public there.
 const PUBLIC_NAMES: usize = 4;
 /// At most this many image records of a namespace are read for the names on a chain.
@@ -192,7 +201,8 @@ impl Puller {
     /// makes a layer public). The verify records its grant like any other. Names are asked in
     /// the order given (the caller puts the one the request named first), at most
     /// `PUBLIC_NAMES` of them asked anew; returns the first that verified. A name the registry
-    /// refused (not one it could not be reached at) is not asked again for a minute, and does
+    /// refused is not asked again for a minute (one whose origin could not be reached, for
+    /// `UNREACHABLE_RETRY`), and does
     /// not count against the others meanwhile: names another tenant added to the image record
     /// cannot crowd out the image's own.
     pub async fn public_at_own_origin(&self, namespace: &str, principal: &str, names: &[(String, String)], for_pods: bool) -> Option<String> {
@@ -202,7 +212,8 @@ impl Puller {
             let pinned = format!("{}@{target}", r.origin());
             {
                 let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
-                not_public.retain(|_, at| at.elapsed() < PUBLIC_RETRY);
+                let now = std::time::Instant::now();
+                not_public.retain(|_, until| *until > now);
                 if not_public.contains_key(&pinned) {
                     continue;
                 }
@@ -231,10 +242,14 @@ impl Puller {
                 Err(e) => {
                     tracing::info!(%namespace, %principal, name = %pinned, error = %e, "the image is not public at this name's origin (an anonymous verify failed)");
                     let unreachable = matches!(&e, PullError::Registry(registry::RegistryError::Unavailable { .. }));
+                    let retry = if unreachable { UNREACHABLE_RETRY } else { PUBLIC_RETRY };
                     let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
-                    if !unreachable && not_public.len() < 10_000 {
-                        not_public.insert(pinned, std::time::Instant::now());
+                    if not_public.len() >= MAX_NOT_PUBLIC {
+                        if let Some(soonest) = not_public.iter().min_by_key(|(_, until)| **until).map(|(k, _)| k.clone()) {
+                            not_public.remove(&soonest);
+                        }
                     }
+                    not_public.insert(pinned, std::time::Instant::now() + retry);
                 }
             }
         }
