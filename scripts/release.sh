@@ -19,8 +19,6 @@ OUT=${PULLGATE_RELEASE_DIR:-$here/target/release-files}
 CARGO_DEB=${CARGO_DEB:-${PULLGATE_DEPS:-/opt/pullgate-deps}/cargo-deb-3.8/bin/cargo-deb}
 [ -x "$CARGO_DEB" ] || { echo "release: $CARGO_DEB not found (scripts/setup.sh installs it)" >&2; exit 1; }
 
-SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$here" log -1 --format=%ct)}
-export SOURCE_DATE_EPOCH
 meta=$(cargo metadata --no-deps --locked --format-version 1)
 version=$(jq -r '.packages[] | select(.name == "pullgate") | .version' <<<"$meta")
 target_dir=$(jq -r '.target_directory' <<<"$meta")
@@ -28,7 +26,11 @@ platform=$(plugin/fragment.sh --platform)   # linux/amd64, linux/arm/v7, ...
 arch=${platform#linux/}; arch=${arch//\//}
 name=pullgate-$version-linux-$arch
 
-cargo build --release --locked --bin pullgate --bin pullgated
+# Built as scripts/setup.sh builds them, without SOURCE_DATE_EPOCH: the C parts' build scripts
+# (the cc crate) watch that variable, and a changed value would rebuild most of the tree.
+env -u SOURCE_DATE_EPOCH cargo build --release --locked --bin pullgate --bin pullgated
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$here" log -1 --format=%ct)}
+export SOURCE_DATE_EPOCH
 
 # Work files of the Debian package ([package.metadata.deb] names them): the systemd unit with
 # the package's binary path (plugin/pullgate.service names /usr/local/bin, where the tarball's
@@ -47,7 +49,8 @@ maintainer=$(sed -n 's/^maintainer = "\(.*\)"$/\1/p' Cargo.toml)
 } > "$deb_work/changelog.Debian"
 gzip -9 -n -c CHANGELOG.md > "$deb_work/changelog.gz"
 
-rm -rf "$OUT"; mkdir -p "$OUT"
+mkdir -p "$OUT"
+rm -f "$OUT"/pullgate-*.tar.gz "$OUT"/pullgate_*.deb "$OUT/SHA256SUMS"   # (earlier release files only)
 stage=$(mktemp -d "$OUT/.stage.XXXXXX")
 d=$stage/$name
 install -d -m 0755 "$d" "$d/plugin"

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Installs everything pullgate's tests, demo and benchmarks need on a fresh Debian 12 machine:
-# apt packages (containerd 1.6, runc, registry, htpasswd, skopeo, busybox, protoc, Go and
+# apt packages (containerd 1.6, runc, registry, htpasswd, skopeo, busybox, protoc, lintian, Go and
 # containerd's Go sources for the conformance suite, etcd), containerd 1.7 (trixie) and 2.1 (sid)
 # unpacked under $PULLGATE_DEPS, the Go tools built from their modules (runc 1.2, nerdctl,
 # crictl, critest, containerd 2.4, kubelet and kube-apiserver), containerd's own integration
 # tests for 1.7 and 2.1, containerd's side of the differential test (docread) for 1.7, 2.1 and
-# 2.4, and a release build of pullgate. Idempotent.
+# 2.4, cargo-deb for the Debian package, and a release build of pullgate. Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 DEPS=${PULLGATE_DEPS:-/opt/pullgate-deps}
 APT_OPTS=(-o DPkg::Lock::Timeout=600)
 PKGS=(containerd runc docker-registry apache2-utils skopeo busybox-static protobuf-compiler
       golang-go golang-github-containerd-containerd-dev jq curl python3 bc python3-jwt python3-cryptography openssl
-      containernetworking-plugins iptables etcd-server)
+      containernetworking-plugins iptables etcd-server lintian)
 
 if [ "$(id -u)" != 0 ]; then echo "setup.sh: must run as root (containerd and mounts need it)" >&2; exit 1; fi
 
@@ -263,6 +263,16 @@ build_docreaders() {
   done
 }
 [ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_docreaders
+
+# cargo-deb 3.8 (scripts/release.sh builds the Debian package with it; tests/e2e_package.sh),
+# from Rust's crate registry into its own root, once. (Not for the demo and the benchmarks.)
+install_cargo_deb() {
+  local dir=$DEPS/cargo-deb-3.8
+  [ -x "$dir/bin/cargo-deb" ] && return 0
+  echo "setup: installing cargo-deb 3.8"
+  cargo install cargo-deb --version '~3.8' --locked --root "$dir"
+}
+[ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || install_cargo_deb
 
 # Rust build (release: the daemon under test is the one an operator would run), the CRI test
 # client (examples/cri.rs; kubelet's part in the Kubernetes tests), pullgate's side of the

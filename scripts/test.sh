@@ -27,6 +27,9 @@
 #   6. the differential test of image documents (tests/difftest): pullgate's reading against
 #      containerd 1.7's, 2.1's and 2.4's own code, over hand-written attacks, seeded random
 #      mutations and every document the end-to-end tests pushed or served
+#   7. the release files and the Debian package (tests/e2e_package.sh): built twice and compared,
+#      their contents, lintian, and the package installed on this machine, run under containerd
+#      2.1 as the demo runs, removed and purged
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -154,6 +157,9 @@ done
 step "differential test of image documents: pullgate's reading against containerd 1.7's, 2.1's and 2.4's own code"
 run_part "difftest" bash tests/difftest/run.sh "$PULLGATE_DIFF_CORPUS"
 rm -rf "$PULLGATE_DIFF_CORPUS"
+
+step "release files and the Debian package: reproducible, lintian, installed, run under containerd 2.1, removed and purged"
+run_part "e2e package" bash tests/e2e_package.sh 2.1
 
 # The lane's exit status and each version's result file are both required: a lane that died
 # before a version's result is a failure, not a silence.

@@ -7,7 +7,9 @@
 #      a target directory of its own, took more than 4 minutes on the suite's 2-core machine, so
 #      whether the compiled binaries are independent of the build's path is not checked here.
 #   2. The tarball's entries against the required list, with owners and modes; its files against
-#      the repository's.
+#      the repository's; docs/install.md's commands for it: SHA256SUMS checked with
+#      --ignore-missing (and failing on a changed file), unpacked, binaries installed in
+#      /usr/local/bin and removed again.
 #   3. The .deb: its files, conffiles and unit; lintian fails on any tag not overridden, and each
 #      override in plugin/deb/lintian-overrides has its reason.
 #   4. dpkg -i on this machine: files in place with their modes, containerd's configuration and
@@ -27,6 +29,7 @@
 source "$(dirname "$0")/lib.sh"
 V=${1:-2.1}
 INSTALLED=
+TARBALL_INSTALLED=
 # Packaging inputs whose mtimes the second release run changes (restored at exit): none of them
 # is a source of the release build (changing a source's mtime would rebuild pullgate).
 MTIME_INPUTS=(README.md LICENSE CHANGELOG.md config.toml.example plugin/pullgate.service plugin/kubelet-config.yaml
@@ -38,6 +41,7 @@ package_cleanup() {
   if [ -n "$INSTALLED" ] && dpkg-query -W pullgate >/dev/null 2>&1; then
     dpkg -P pullgate >"$WORK/purge-at-exit.log" 2>&1 || { echo "cleanup: dpkg -P pullgate failed:"; cat "$WORK/purge-at-exit.log"; }
   fi
+  [ -z "$TARBALL_INSTALLED" ] || rm -f /usr/local/bin/pullgate /usr/local/bin/pullgated
   for f in "${!MTIMES[@]}"; do touch -m -d "@${MTIMES[$f]}" "$f"; done
   cleanup
 }
@@ -129,6 +133,34 @@ check_out "tarball's pullgate is version $version" "pullgate $version" "$X/$name
 check "tarball's unit runs /usr/local/bin/pullgate (where docs/install.md installs the tarball's binaries)" \
   grep -qx 'ExecStart=/usr/local/bin/pullgate serve --config /etc/pullgate/config.toml' "$X/$name/plugin/pullgate.service"
 
+fresh() {
+  local bad=0 p
+  ! dpkg-query -W pullgate >/dev/null 2>&1 || { echo "the pullgate package is installed"; bad=1; }
+  for p in /etc/pullgate /var/lib/pullgate /run/pullgate /usr/bin/pullgate /usr/bin/pullgated /usr/local/bin/pullgate /usr/local/bin/pullgated; do [ ! -e "$p" ] || { echo "$p exists"; bad=1; }; done
+  return $bad
+}
+if ! out=$(fresh); then
+  fail "this machine already has pullgate installed, or its files: $out (the test does not touch them)"
+  summary "e2e package"; exit 1
+fi
+pass "no pullgate package or installed files on this machine before the test"
+
+log "installing from the tarball (docs/install.md's commands)"
+DL=$WORK/download; mkdir -p "$DL/none" "$DL/bad" && cp "$tarball" "$R1/SHA256SUMS" "$DL/" && cp "$R1/SHA256SUMS" "$DL/none/"
+check "sha256sum --ignore-missing --strict -c SHA256SUMS verifies the tarball downloaded alone" \
+  bash -c "cd '$DL' && sha256sum --ignore-missing --strict -c SHA256SUMS"
+check "... and fails where none of the files is" bash -c "cd '$DL/none' && ! sha256sum --ignore-missing --strict -c SHA256SUMS"
+cp "$tarball" "$R1/SHA256SUMS" "$DL/bad/" && printf 'x' >> "$DL/bad/$name.tar.gz"
+check "... and fails on a changed tarball" bash -c "cd '$DL/bad' && ! sha256sum --ignore-missing --strict -c SHA256SUMS"
+check "tar -xzf unpacks it" bash -c "cd '$DL' && tar -xzf '$name.tar.gz'"
+TARBALL_INSTALLED=1
+check "install -m 0755 pullgate pullgated /usr/local/bin/ (in the unpacked directory)" \
+  bash -c "cd '$DL/$name' && install -m 0755 pullgate pullgated /usr/local/bin/"
+check_out "/usr/local/bin/pullgate is version $version" "pullgate $version" /usr/local/bin/pullgate --version
+check "/usr/local/bin/pullgated is the tarball's" same /usr/local/bin/pullgated "$DL/$name/pullgated"
+check "the tarball's binaries are removed as docs/install.md says" rm /usr/local/bin/pullgate /usr/local/bin/pullgated
+TARBALL_INSTALLED=
+
 log "the Debian package"
 check "the .deb is pullgate $version-1 for $debarch" \
   test "$(dpkg-deb -f "$deb" Package Version Architecture 2>&1 | paste -sd' ')" = "Package: pullgate Version: $version-1 Architecture: $debarch"
@@ -165,20 +197,9 @@ check "the overrides were used (lintian --show-overrides lists each)" bash -c "
   [ \"\$n\" -eq \"\$o\" ] || { echo \"\$n overrides, \$o used\"; exit 1; }"
 
 log "dpkg -i"
-fresh() {
-  local bad=0 p
-  ! dpkg-query -W pullgate >/dev/null 2>&1 || { echo "the pullgate package is installed"; bad=1; }
-  for p in /etc/pullgate /var/lib/pullgate /run/pullgate /usr/bin/pullgate /usr/bin/pullgated; do [ ! -e "$p" ] || { echo "$p exists"; bad=1; }; done
-  return $bad
-}
-if ! out=$(fresh); then
-  fail "this machine already has pullgate installed, or its files: $out (the test does not touch them)"
-  summary "e2e package"; exit 1
-fi
-pass "no pullgate package or files on this machine before the test"
 before=$(config_state)
 INSTALLED=1
-check "dpkg -i installs the package" dpkg -i "$deb"
+check "dpkg -i installs the package" bash -c "cd '$R1' && dpkg -i '$deb_name'"
 check "dpkg says pullgate is installed" test "$(dpkg-query -W -f='${db:Status-Abbrev}' pullgate 2>&1)" = "ii "
 check "/usr/bin/pullgate: 0755 root:root" mode_owner /usr/bin/pullgate "755 root:root"
 check "/usr/bin/pullgated: 0755 root:root" mode_owner /usr/bin/pullgated "755 root:root"
