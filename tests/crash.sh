@@ -219,15 +219,8 @@ fi
 
 # The crashed daemon, on its crashed root, still passes containerd's own conformance suite, and
 # agrees with containerd about every snapshot.
-CONF=$REPO/tests/conformance/conformance.test
-[ -x "$CONF" ] || (cd "$REPO/tests/conformance" && GOPATH=/usr/share/gocode GO111MODULE=off GOPROXY=off GOFLAGS= go test -c -o conformance.test .)
-out=$("$CONF" -test.root -test.v -test.run '^TestExisting$' -existing "$PG/snapshotter.sock" 2>&1); rc=$?
-npass=$(grep -cE '^\s*--- PASS: TestExisting/suite/' <<<"$out")
-if [ $rc -eq 0 ] && [ "$npass" -ge 20 ]; then pass "containerd's conformance suite passes against the crashed daemon and root ($npass subtests)"
-else fail "conformance after the crashes: exit $rc, $npass passed: $(grep -E -- '--- FAIL|Error' <<<"$out" | head -20)"; fi
-out=$("$CONF" -test.v -test.run '^TestConsistency$' -existing "$PG/snapshotter.sock" -containerd "$CTRD_SOCK" 2>&1); rc=$?
-if [ $rc -eq 0 ]; then pass "pullgate agrees with containerd on every snapshot: kind, parent, directories ($(grep -oE '[0-9]+ snapshots in containerd.s view across [0-9]+ namespaces' <<<"$out"))"
-else fail "consistency with containerd after the crashes: $(grep -vE '^(=== RUN|PASS|FAIL$)' <<<"$out" | head -20)"; fi
+check_existing "after the crashes"
+check_consistency "after the crashes"
 incomplete=""; nimg=0
 for ns in $(ctr_ namespaces ls -q); do
   [ "$ns" = thief ] && continue

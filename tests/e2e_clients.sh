@@ -188,12 +188,11 @@ snapshot_entries() { listing find "$PG/root/snapshots" -mindepth 1 -maxdepth 1 -
 snapshot_dirs() { local l; l=$(snapshot_entries) || return 1; awk '/^[0-9]+$/ {n++} END {print n + 0}' <<<"$l"; }
 other_entries() { local l; l=$(snapshot_entries) || return 1; awk 'NF && !/^[0-9]+$/' <<<"$l" | paste -sd' '; }
 no_snapshot_entries() { local l; l=$(snapshot_entries) || return 1; [ -z "$l" ] || { echo "entries: $(paste -sd' ' <<<"$l")"; return 1; }; }
-# containerd's snapshotter conformance binary (tests/conformance, as tests/crash.sh builds it):
+# containerd's snapshotter conformance binary (tests/conformance, lib.sh's conformance_bin):
 # its TestConsistency walks pullgate's own snapshots through its socket and every namespace's
 # through containerd, and checks that each of containerd's has its counterpart in pullgate
 # (same kind and parent, mounted directories present); it logs how many pullgate holds.
-CONF=$REPO/tests/conformance/conformance.test
-[ -x "$CONF" ] || (cd "$REPO/tests/conformance" && GOPATH=/usr/share/gocode GO111MODULE=off GOPROXY=off GOFLAGS= go test -c -o conformance.test .) >/dev/null 2>&1
+CONF=$(conformance_bin 2>/dev/null)
 gc_all() { local ns nss; nss=$(listing ctr_ namespaces ls -q) || return 1; for ns in $nss; do settle_gc "$ns" || return 1; done; }
 consistent() { # DESC
   gc_all || { fail "$1: containerd's GC (a lease deleted with --sync) failed"; return; }

@@ -582,6 +582,31 @@ image_unpacked() {
     || { echo "top chain $chain is not a committed snapshot in $ns"; return 1; }
 }
 
+# conformance_bin: containerd's snapshotter conformance binary (tests/conformance), built once
+# (as scripts/test.sh builds it); prints its path.
+conformance_bin() {
+  local c=$REPO/tests/conformance/conformance.test
+  [ -x "$c" ] || (cd "$REPO/tests/conformance" && GOPATH=/usr/share/gocode GO111MODULE=off GOPROXY=off GOFLAGS= go test -c -o conformance.test .) >&2
+  echo "$c"
+}
+# check_existing WHEN: containerd's conformance suite (TestExisting) passes against this run's
+# daemon and its root ($PG) as they are now; WHEN says when ("after the crashes").
+check_existing() {
+  local what=$1 conf out rc npass; conf=$(conformance_bin)
+  out=$("$conf" -test.root -test.v -test.run '^TestExisting$' -existing "$PG/snapshotter.sock" 2>&1); rc=$?
+  npass=$(grep -cE '^\s*--- PASS: TestExisting/suite/' <<<"$out")
+  if [ $rc -eq 0 ] && [ "$npass" -ge 20 ]; then pass "containerd's conformance suite passes against the daemon and its root $what ($npass subtests)"
+  else fail "conformance $what: exit $rc, $npass passed: $(grep -E -- '--- FAIL|Error' <<<"$out" | head -20)"; fi
+}
+# check_consistency WHEN: pullgate agrees with containerd about every snapshot containerd lists
+# in any namespace: kind, parent, directories (TestConsistency).
+check_consistency() {
+  local what=$1 conf out rc; conf=$(conformance_bin)
+  out=$("$conf" -test.v -test.run '^TestConsistency$' -existing "$PG/snapshotter.sock" -containerd "$CTRD_SOCK" 2>&1); rc=$?
+  if [ $rc -eq 0 ]; then pass "pullgate agrees with containerd on every snapshot $what: kind, parent, directories ($(grep -oE '[0-9]+ snapshots in containerd.s view across [0-9]+ namespaces' <<<"$out"))"
+  else fail "consistency with containerd $what: $(grep -vE '^(=== RUN|PASS|FAIL$)' <<<"$out" | head -20)"; fi
+}
+
 # check_containerd_version V: the containerd this test started is the version it is named after.
 check_containerd_version() {
   local v=$1 got
