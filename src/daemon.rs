@@ -191,9 +191,22 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         policy = ?cfg.policy.verification, "pullgate serving");
     let (cri_puller, snap_cri, rx_cri) = (puller.clone(), snap.clone(), rx.clone());
     let (metrics_snap, rx_metrics) = (snap.clone(), rx.clone());
+    // On SIGTERM the API and the CRI front finish the pulls they are serving, and each such
+    // pull unpacks through containerd, which calls the snapshotter: the snapshotter stops only
+    // once both have drained (a pull drained while it refused containerd failed at its unpack).
+    let (api_drained_tx, api_drained) = tokio::sync::watch::channel(false);
+    let (cri_drained_tx, cri_drained) = tokio::sync::watch::channel(false);
+    let snapshots_stop = {
+        let rx = rx.clone();
+        async move {
+            stopped(rx).await;
+            stopped(api_drained).await;
+            stopped(cri_drained).await;
+        }
+    };
     let snapshots = tonic::transport::Server::builder()
         .add_service(service::server(snap, Some(puller.clone())))
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), stopped(rx.clone()));
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), snapshots_stop);
     let api = tonic::transport::Server::builder()
         .add_service(crate::api::server(crate::api::Api { puller, gate }))
         .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(api_listener), stopped(rx));
@@ -222,7 +235,17 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
             .await
             .map_err(DaemonError::from)
     };
-    let result = tokio::try_join!(async { snapshots.await.map_err(DaemonError::from) }, async { api.await.map_err(DaemonError::from) }, cri);
+    let api = async {
+        let served = api.await.map_err(DaemonError::from);
+        let _ = api_drained_tx.send(true);
+        served
+    };
+    let cri = async {
+        let served = cri.await;
+        let _ = cri_drained_tx.send(true);
+        served
+    };
+    let result = tokio::try_join!(async { snapshots.await.map_err(DaemonError::from) }, api, cri);
     let _ = fs::remove_file(sock);
     let _ = fs::remove_file(api_sock);
     if let Some(p) = &cri_sock {
