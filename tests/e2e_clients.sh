@@ -193,7 +193,6 @@ no_snapshot_entries() { local l; l=$(snapshot_entries) || return 1; [ -z "$l" ] 
 # through containerd, and checks that each of containerd's has its counterpart in pullgate
 # (same kind and parent, mounted directories present); it logs how many pullgate holds.
 CONF=$(conformance_bin 2>/dev/null)
-gc_all() { local ns nss; nss=$(listing ctr_ namespaces ls -q) || return 1; for ns in $nss; do settle_gc "$ns" || return 1; done; }
 consistent() { # DESC
   gc_all || { fail "$1: containerd's GC (a lease deleted with --sync) failed"; return; }
   local out rc held d o

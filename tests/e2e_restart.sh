@@ -279,6 +279,25 @@ log "3. afterwards (containerd $V)"
 n=0
 for c in "${CONTAINERS[@]}"; do counting "$c" >/dev/null && n=$((n + 1)); done
 check "all ${#CONTAINERS[@]} containers run, their counters advancing ($n)" test "$n" -eq "${#CONTAINERS[@]}"
+# Every image containerd lists outside the namespace without credentials (the tenant's, and
+# what each round's pulls brought) runs: its layers are all there.
+failed_runs=""; nimg=0
+for ns in $(ctr_ namespaces ls -q); do
+  [ "$ns" = nocred ] && continue
+  for im in $(ctr_ -n "$ns" images ls -q); do
+    nimg=$((nimg + 1))
+    out=$(ctr_ -n "$ns" run --rm --snapshotter pullgate "$im" "final-$nimg-$$" cat /msg 2>&1) && grep -qE '^restart (app|big|public)$' <<<"$out" \
+      || failed_runs+=" $ns/$im ($(shown 120 "$out"))"
+  done
+done
+check "every image containerd lists ($nimg, outside the namespace without credentials) runs, printing its /msg (not:${failed_runs:- none})" \
+  test -z "$failed_runs" -a "$nimg" -gt 0
+# containerd's garbage collection runs now, not during the conformance suite: once it has
+# removed any of pullgate's snapshots (the runs above), it removes from pullgate every snapshot
+# its records do not name, the suite's own ones included. It also removes those a request left
+# when pullgate served it but containerd's side of it failed (pullgate killed under it), which
+# share their names with the snapshots a retry made.
+check "containerd collects garbage in every namespace" gc_all
 check_existing "after the restarts"
 check_consistency "after the restarts"
 bad=$(grep -E ' (ERROR|WARN) |panicked|damaged' "$PG/log")
