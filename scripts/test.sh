@@ -22,6 +22,9 @@
 #      integration tests (integration/client, built from the source of that containerd's exact
 #      version) against containerd alone and with pullgate as their snapshotter; each time the
 #      pass sets with pullgate compared with containerd alone's
+#      Under 1.7 and 2.1 also restarts of pullgate under a running workload: SIGTERM and
+#      SIGKILL while containers run and pulls and container creations are in flight, each time
+#      started again on the same root
 #   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
 #      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
 #   6. the differential test of image documents (tests/difftest): pullgate's reading against
@@ -143,6 +146,10 @@ for v in 1.6 1.7 2.1 2.4; do
       step "critest (the CRI validation suite) against containerd alone, with pullgate as its snapshotter and through the CRI front under containerd $v"
       run_part "critest containerd $v" bash tests/e2e_critest.sh "$v"
     fi
+  fi
+  if [ "$v" = 1.7 ] || [ "$v" = 2.1 ]; then
+    step "end to end: pullgate stopped (SIGTERM) and killed (SIGKILL), then started again, under running containers, pulls and container creations, containerd $v"
+    run_part "e2e restart containerd $v" bash tests/e2e_restart.sh "$v"
   fi
 done
 
