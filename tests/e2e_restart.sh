@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end: restarting pullgate under a running workload loses nothing. containerd keeps
-# running while pullgate is stopped with SIGTERM (as `systemctl restart` stops it) or killed
+# running while pullgate is stopped with SIGTERM (the signal systemd stops it with) or killed
 # with SIGKILL, then started again on the same root (as systemd's Restart=always would; the test
 # supplies the restart). The workload: a private image (htpasswd registry) pulled with the
 # password into a tenant's namespace; long-running containers (`ctr run -d`, pullgate their
@@ -13,15 +13,16 @@
 #     too);
 #   - every request in flight ended within a bound (none hung), its exit status read and
 #     printed; each that failed succeeds when run again, and what each pull brought runs;
-#   - after SIGTERM pullgate exited 0 and removed its sockets; the time the restarted daemon
-#     took to serve is printed (not asserted);
+#   - after SIGTERM pullgate exited 0 and removed its sockets, and the pull and the verify it
+#     was serving completed; after SIGKILL the new daemon serves on the sockets left behind; the
+#     time the restarted daemon took to serve is printed (not asserted);
 #   - the gate decides as before: `pullgate grants` lists the tenant's grants identically, and a
 #     namespace without credentials holding the image's blobs is refused (check and ctr run)
 #     and gets none of its content;
 #   - new containers start and run.
-# Then containerd's conformance suite (TestExisting) and TestConsistency (tests/conformance)
-# pass against the restarted daemon and its root, and pullgate's log holds no error, warning,
-# panic or damage line.
+# Then every container still runs, every image containerd lists runs, containerd's conformance
+# suite (TestExisting) and TestConsistency (tests/conformance) pass against the restarted daemon
+# and its root, and pullgate's log holds no error, warning, panic or damage line.
 # Usage: tests/e2e_restart.sh VERSION
 source "$(dirname "$0")/lib.sh"
 V=${1:?usage: e2e_restart.sh 1.7|2.1}
