@@ -97,11 +97,14 @@ counter() {
 }
 # running ID: `ctr tasks ls` says RUNNING for ID.
 running() { local s; s=$(task_field "$1" 3); [ "$s" = RUNNING ] || { echo "task $1: ${s:-not listed}"; return 1; }; }
-# counting ID: ID runs and its counter advances within two seconds.
+# counting ID: ID runs and its counter advances within two seconds (of the first count it wrote:
+# a container just started may not have written one yet).
 counting() {
-  local a b end=$((SECONDS + 2))
+  local a b end
   running "$1" || return 1
+  wait_for 10 counter "$1"
   a=$(counter "$1") || { echo "$a"; return 1; }
+  end=$((SECONDS + 2))
   while [ $SECONDS -le "$end" ]; do
     sleep 0.3; b=$(counter "$1") || { echo "$b"; return 1; }
     [ "$b" -gt "$a" ] 2>/dev/null && return 0
