@@ -1,7 +1,7 @@
 //! cli: the command line (clap structs only; their `///` docs are the `--help` text) and the
 //! dispatch from a subcommand to one call (the daemon, or one RPC on pullgate's API), with
 //! exit codes. The commands: serve, pull, verify, check, grants, revoke, inspect,
-//! doctor; every client command takes `--address` and `-n` (default `default`), as ctr does.
+//! doctor, containerd-config; every client command takes `--address` and `-n` (default `default`), as ctr does.
 use crate::api::proto::{self, pullgate_client::PullgateClient};
 use crate::config::Config;
 use crate::credential::Credential;
@@ -153,6 +153,134 @@ pub enum Command {
     /// policy, namespace labels, permissions of pullgate's sockets and files, its ledger.
     /// Prints ok / warning / problem per check with the fix; exit 1 when a problem is found.
     Doctor(DoctorArgs),
+    /// Merge pullgate's containerd settings (plugin/containerd-1.x.toml or -2.x.toml, with this
+    /// node's platform and pullgate's socket and root) into containerd's config.toml, keeping
+    /// its other settings, comments and layout. Prints the change as a unified diff, saves the
+    /// file's previous bytes as FILE.pullgate-backup, and refuses, writing nothing, when the file
+    /// pins something else where pullgate must be (another snapshotter for CRI or the transfer
+    /// service, a proxy plugin named pullgate elsewhere, pullgate disabled). A file that already
+    /// has the settings is left as it is.
+    ContainerdConfig(ContainerdConfigArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ContainerdConfigArgs {
+    /// containerd's configuration file.
+    #[arg(long, default_value = "/etc/containerd/config.toml")]
+    pub file: PathBuf,
+    /// pullgate's configuration file (its [daemon] snapshotter_socket and root; the defaults
+    /// when it does not exist).
+    #[arg(long, short = 'c', default_value = "/etc/pullgate/config.toml")]
+    pub config: PathBuf,
+    /// The containerd the file is for: 1.x (1.6, 1.7: config version 2) or 2.x (version 3, or 4
+    /// as 2.4 writes it). Needed to create a file that does not exist; else checked against the
+    /// file's version.
+    #[arg(long, value_enum)]
+    pub containerd: Option<ContainerdSeries>,
+    /// containerd's content_sharing_policy: isolated (replaces an explicit "shared") or shared
+    /// (the policy is left as the file has it). Without it, "isolated" is set where the file sets
+    /// no policy, and an explicit "shared" (which `containerd config default` writes) is refused.
+    #[arg(long, value_enum)]
+    pub content_sharing: Option<ContentSharing>,
+    /// The platform the transfer service unpacks into pullgate (default: this machine's, as
+    /// containerd names it: linux/amd64, linux/arm64, linux/arm/v7, ...).
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// Print the change as a unified diff and write nothing.
+    #[arg(long, conflicts_with = "undo")]
+    pub dry_run: bool,
+    /// Put back the file as it was before the merge (from FILE.pullgate-backup, byte for byte)
+    /// and remove the backup. Refused when the file changed since the merge.
+    #[arg(long, conflicts_with_all = ["containerd", "content_sharing", "platform"])]
+    pub undo: bool,
+    /// With --undo: restore the backup even though the file changed since the merge.
+    #[arg(long, requires = "undo")]
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ContainerdSeries {
+    #[value(name = "1.x")]
+    V1,
+    #[value(name = "2.x")]
+    V2,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ContentSharing {
+    Isolated,
+    Shared,
+}
+
+/// The exit code of a `containerd-config` error: a file or setting it refuses is a usage error
+/// (as a bad configuration is), a missing file or backup is not found.
+pub fn containerd_config_exit_code(e: &crate::containerd_config::ContainerdConfigError) -> i32 {
+    use crate::containerd_config::ContainerdConfigError as E;
+    match e {
+        E::Parse { .. } | E::Version { .. } | E::Conflict { .. } | E::Shape { .. } | E::Platform(_) => EXIT_USAGE,
+        E::Missing { .. } | E::NoBackup { .. } => EXIT_NOT_FOUND,
+        E::Read { .. } | E::Write { .. } | E::BackupExists { .. } | E::Edited { .. } => EXIT_FAILURE,
+    }
+}
+
+/// Runs `pullgate containerd-config`; its exit code.
+fn containerd_config(a: ContainerdConfigArgs) -> i32 {
+    use crate::containerd_config as cc;
+    let fail = |e: cc::ContainerdConfigError| {
+        eprintln!("pullgate: {e}");
+        containerd_config_exit_code(&e)
+    };
+    if a.undo {
+        return match cc::undo(&a.file, a.force) {
+            Ok(cc::Undone::Restored { file, backup }) => {
+                println!("restored {} from {} (backup removed); restart containerd to load it", file.display(), backup.display());
+                0
+            }
+            Ok(cc::Undone::Removed { file }) => {
+                println!("removed {} (pullgate had created it); restart containerd", file.display());
+                0
+            }
+            Err(e) => fail(e),
+        };
+    }
+    let pg = match Config::load(&a.config) {
+        Ok(c) => c,
+        Err(crate::config::ConfigError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Config::default(),
+        Err(e) => return usage(e),
+    };
+    let platform = match a.platform.map(Ok).unwrap_or_else(cc::node_platform) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let mut opts = cc::Options::new(a.file, &pg, platform);
+    opts.series = a.containerd.map(|s| match s {
+        ContainerdSeries::V1 => cc::Series::V1,
+        ContainerdSeries::V2 => cc::Series::V2,
+    });
+    opts.sharing = a.content_sharing.map(|s| match s {
+        ContentSharing::Isolated => cc::Sharing::Isolated,
+        ContentSharing::Shared => cc::Sharing::Shared,
+    });
+    let plan = match cc::plan(&opts) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    if !plan.changes() {
+        println!("{} already has pullgate's settings: nothing to change", plan.file.display());
+        return 0;
+    }
+    print!("{}", plan.diff());
+    if a.dry_run {
+        println!("dry run: {} not written", plan.file.display());
+        return 0;
+    }
+    match cc::apply(&plan) {
+        Ok(()) => {
+            println!("wrote {} (its previous bytes are in {}); restart containerd to load it", plan.file.display(), plan.backup().display());
+            0
+        }
+        Err(e) => fail(e),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -516,7 +644,7 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
         Err(code) => return code,
     };
     match cmd {
-        Command::Serve { .. } | Command::Doctor(_) => EXIT_USAGE,
+        Command::Serve { .. } | Command::Doctor(_) | Command::ContainerdConfig(_) => EXIT_USAGE,
         Command::Pull { .. } | Command::Verify { .. } => {
             let Some(req) = pull else { return EXIT_FAILURE };
             if let Command::Pull { target, quiet: false, .. } = &cmd {
@@ -617,13 +745,13 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
 pub const DAEMON_BINARY: &str = "pullgated";
 
 /// `pullgate`'s entry: runs a client command (one call on pullgate's API) and returns its exit
-/// code; for `serve` and `doctor`, which the `pullgate` binary does not link, this process
+/// code; for `serve`, `doctor` and `containerd-config`, which the `pullgate` binary does not link, this process
 /// becomes `pullgated` beside it (exec: same process, same arguments), and returns only if
 /// that fails. Two binaries because a client command's own time is mostly loading its binary:
 /// one without the daemon's code is a third of the size, with a quarter of the relocations
 /// (docs/benchmarks.md).
 pub fn run_client_or_exec(cli: Cli) -> i32 {
-    if !matches!(cli.command, Command::Serve { .. } | Command::Doctor(_)) {
+    if !matches!(cli.command, Command::Serve { .. } | Command::Doctor(_) | Command::ContainerdConfig(_)) {
         return match runtime(false) {
             Ok(rt) => rt.block_on(run_client(&cli.address, cli.command)),
             Err(code) => code,
@@ -704,6 +832,7 @@ pub fn run(cli: Cli) -> i32 {
             }
         }
         Command::Doctor(a) => rt.block_on(doctor(&cli.address, a)),
+        Command::ContainerdConfig(a) => containerd_config(a),
         other => rt.block_on(run_client(&cli.address, other)),
     }
 }
@@ -760,9 +889,43 @@ mod tests {
             vec!["pullgate", "serve", "--config", "/etc/x.toml"],
             vec!["pullgate", "doctor"],
             vec!["pullgate", "-a", "/a.sock", "doctor", "--config", "/p.toml", "--containerd-config", "/c.toml", "--containerd-address", "/c.sock", "--registries", "-o", "json"],
+            vec!["pullgate", "containerd-config"],
+            vec!["pullgate", "containerd-config", "--file", "/c.toml", "-c", "/p.toml", "--containerd", "2.x", "--content-sharing", "isolated", "--platform", "linux/arm64", "--dry-run"],
+            vec!["pullgate", "containerd-config", "--file", "/c.toml", "--undo", "--force"],
         ] {
             Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
         }
         assert!(Cli::try_parse_from(["pullgate", "grants", "-o", "yaml"]).is_err());
+        for bad in [
+            vec!["pullgate", "containerd-config", "--containerd", "3.x"],
+            vec!["pullgate", "containerd-config", "--undo", "--dry-run"],
+            vec!["pullgate", "containerd-config", "--force"],
+            vec!["pullgate", "containerd-config", "--undo", "--content-sharing", "shared"],
+        ] {
+            assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn containerd_config_exit_codes() {
+        use crate::containerd_config::ContainerdConfigError as E;
+        let p = PathBuf::from("/c.toml");
+        let io = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        for (e, code) in [
+            (E::Conflict { path: p.clone(), conflicts: vec![] }, EXIT_USAGE),
+            (E::Version { path: p.clone(), reason: String::new() }, EXIT_USAGE),
+            (E::Shape { path: p.clone(), key: String::new(), reason: String::new() }, EXIT_USAGE),
+            (E::Platform(String::new()), EXIT_USAGE),
+            (E::Missing { path: p.clone() }, EXIT_NOT_FOUND),
+            (E::NoBackup { path: p.clone(), mark: p.clone() }, EXIT_NOT_FOUND),
+            (E::Edited { path: p.clone(), backup: p.clone() }, EXIT_FAILURE),
+            (E::BackupExists { backup: p.clone(), mark: p.clone() }, EXIT_FAILURE),
+            (E::Read { path: p.clone(), source: io() }, EXIT_FAILURE),
+            (E::Write { path: p.clone(), source: io() }, EXIT_FAILURE),
+        ] {
+            assert_eq!(containerd_config_exit_code(&e), code, "{e}");
+        }
+        let parse = "[".parse::<toml_edit::DocumentMut>().unwrap_err();
+        assert_eq!(containerd_config_exit_code(&E::Parse { path: p, source: Box::new(parse) }), EXIT_USAGE);
     }
 }

@@ -12,6 +12,7 @@ pub mod benchkit;
 pub mod chainindex;
 pub mod cli;
 pub mod config;
+pub mod containerd_config;
 pub mod credential;
 pub mod cri;
 pub mod crashpoint;
