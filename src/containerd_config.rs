@@ -160,10 +160,18 @@ pub fn node_platform() -> Result<String> {
 // ---------------------------------------------------------------------------------------------
 // The fragment and the merge
 
-/// A string value in place of `v`, keeping `v`'s comments and spacing.
+/// A string value in place of `v`, keeping `v`'s comments and spacing, and its quotes when they
+/// are single (a literal string, as containerd 2.x writes them) and can hold `s`.
 fn replace_str(v: &mut Value, s: &str) {
     let decor = v.decor().clone();
-    *v = Value::from(s);
+    let literal = match &*v {
+        Value::String(f) => f.as_repr().and_then(|r| r.as_raw().as_str()).is_some_and(|r| r.starts_with('\'') && !r.starts_with("'''")),
+        _ => false,
+    };
+    *v = match format!("'{s}'").parse::<Value>() {
+        Ok(lit) if literal && lit.as_str() == Some(s) => lit,
+        _ => Value::from(s),
+    };
     *v.decor_mut() = decor;
 }
 
@@ -255,6 +263,36 @@ fn fitted(item: &Item, inline: bool) -> Item {
     }
 }
 
+/// Adds `key = value` at the end of an inline table: the space before its closing brace stays
+/// there, after the new value.
+fn insert_inline(t: &mut dyn TableLike, key: &str, mut value: Value) {
+    let mut tail = None;
+    if let Some(last) = t.iter_mut().last().and_then(|(_, i)| i.as_value_mut()) {
+        tail = last.decor().suffix().and_then(|s| s.as_str()).map(str::to_string);
+        last.decor_mut().set_suffix("");
+    }
+    value.decor_mut().set_prefix(" ");
+    value.decor_mut().set_suffix(tail.unwrap_or_else(|| " ".into()));
+    t.insert(key, Item::Value(value));
+}
+
+/// Inserts the fragment's `item` at `key` of `parent`, in the parent's style.
+fn insert(parent: &mut dyn TableLike, inline: bool, key: &str, item: &Item) {
+    match fitted(item, inline) {
+        Item::Value(v) if inline => insert_inline(parent, key, v),
+        other => {
+            parent.insert(key, other);
+            if !inline && other_is_value(parent, key) {
+                indent_like_siblings(parent, key);
+            }
+        }
+    }
+}
+
+fn other_is_value(t: &dyn TableLike, key: &str) -> bool {
+    t.get(key).is_some_and(Item::is_value)
+}
+
 /// A key added to a table is indented as the table's other keys are.
 fn indent_like_siblings(t: &mut dyn TableLike, key: &str) {
     let indent = t
@@ -311,7 +349,7 @@ impl Merger<'_> {
         match ours {
             Item::Table(_) | Item::Value(Value::InlineTable(_)) => {
                 let Some(theirs) = parent.get_mut(key).filter(|i| !i.is_none()) else {
-                    parent.insert(key, fitted(ours, inline));
+                    insert(parent, inline, key, ours);
                     return Ok(());
                 };
                 let theirs_inline = theirs.is_inline_table();
@@ -327,12 +365,7 @@ impl Merger<'_> {
             Item::Value(v) => {
                 let want = v.as_str().ok_or_else(|| self.shape(&here, "the fragment's value is not a string"))?;
                 match parent.get_mut(key) {
-                    None | Some(Item::None) => {
-                        parent.insert(key, Item::Value(Value::from(want)));
-                        if !inline {
-                            indent_like_siblings(parent, key);
-                        }
-                    }
+                    None | Some(Item::None) => insert(parent, inline, key, &Item::Value(Value::from(want))),
                     Some(Item::Value(old)) if old.as_str() == Some(want) => {}
                     Some(Item::Value(old)) if old.as_str().is_some_and(|s| self.gives_way(key, s)) => replace_str(old, want),
                     Some(other) => {
@@ -355,7 +388,7 @@ impl Merger<'_> {
                 None | Some(Item::None) => {
                     let mut a = ArrayOfTables::new();
                     a.push(entry.clone());
-                    parent.insert(key, fitted(&Item::ArrayOfTables(a), inline));
+                    insert(parent, inline, key, &Item::ArrayOfTables(a));
                 }
                 Some(Item::ArrayOfTables(theirs)) => {
                     let found = theirs.iter().position(|t| t.get("platform").and_then(Item::as_str) == platform);
@@ -672,12 +705,12 @@ pub fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str) -> Str
                 ops.push((' ', head + i));
                 i += 1;
                 j += 1;
-            } else if j < mb.len() && (i == ma.len() || lcs[i * w + j + 1] >= lcs[(i + 1) * w + j]) {
-                ops.push(('+', head + j));
-                j += 1;
-            } else {
+            } else if i < ma.len() && (j == mb.len() || lcs[(i + 1) * w + j] >= lcs[i * w + j + 1]) {
                 ops.push(('-', head + i));
                 i += 1;
+            } else {
+                ops.push(('+', head + j));
+                j += 1;
             }
         }
     }
@@ -824,8 +857,8 @@ imports = []
         let mut o = opts(p);
         // An explicit "shared" (what config default writes) needs the operator's word.
         for (text, cri) in [(DEFAULT_17, &CRI1[..]), (DEFAULT_21, &CRI2[..])] {
-            let e = merge(text, p, &o).unwrap_err();
-            assert!(e.to_string().contains("content_sharing_policy is \"shared\" in the file, pullgate needs \"isolated\""), "{e}");
+            let e = merge(text, p, &o).unwrap_err().to_string().replace('\'', "\"");
+            assert!(e.contains("content_sharing_policy is \"shared\" in the file, pullgate needs \"isolated\""), "{e}");
             o.sharing = Some(Sharing::Isolated);
             let out = merge(text, p, &o).unwrap();
             has_fragment(&out, cri);
@@ -844,6 +877,8 @@ imports = []
         // New keys are indented as their neighbours.
         let out = merge(DEFAULT_21, p, &Options { sharing: Some(Sharing::Isolated), ..o }).unwrap();
         assert!(out.contains("\n    max_concurrent_downloads = 3\n"), "{out}");
+        // A value replaced keeps single quotes (containerd 2.x's).
+        assert!(out.contains("\n    snapshotter = 'pullgate'\n    disable_snapshot_annotations = true\n"), "{out}");
         assert!(out.starts_with("version = 3\nroot = '/var/lib/containerd'\n"), "{out}");
     }
 
@@ -982,7 +1017,12 @@ imports = []
         let d = unified_diff("", "a\nb", "/dev/null", "y");
         assert_eq!(d, "--- /dev/null\n+++ y\n@@ -0,0 +1,2 @@\n+a\n+b\n\\ No newline at end of file\n");
         let far: String = (0..30).map(|i| format!("{i}\n")).collect();
-        let d = unified_diff(&far, &far.replace("3\n", "three\n").replace("25\n", "x\n"), "x", "y");
+        let changed: String = (0..30).map(|i| match i {
+            3 => "three\n".to_string(),
+            25 => "x\n".to_string(),
+            i => format!("{i}\n"),
+        }).collect();
+        let d = unified_diff(&far, &changed, "x", "y");
         assert_eq!(d.matches("@@ ").count(), 2, "{d}");
         assert!(d.contains("@@ -1,7 +1,7 @@\n 0\n 1\n 2\n-3\n+three\n") && d.contains("@@ -23,7 +23,7 @@\n 22\n 23\n 24\n-25\n+x\n"), "{d}");
     }

@@ -189,9 +189,9 @@ impl ContainerdConfig {
             Some(toml::Value::Integer(n)) => *n,
             Some(_) => return Err("version must be an integer".into()),
         };
-        if version != 2 && version != 3 {
+        if !(2..=4).contains(&version) {
             return Err(format!(
-                "config version {version} is not checked (containerd 1.6/1.7 take version 2, 2.x version 3); `containerd config migrate` converts it"
+                "config version {version} is not checked (containerd 1.6/1.7 take version 2, 2.x version 3, or 4 as 2.4 writes it); `containerd config migrate` converts it"
             ));
         }
         let disabled_plugins = match v.get("disabled_plugins") {
@@ -207,9 +207,10 @@ impl ContainerdConfig {
                 proxy_plugins.insert(name.clone(), (ty, address));
             }
         }
-        // Version 3 is containerd 2.x's own layout; 2.x migrates a version 2 file from the
-        // 1.x keys, so those are the ones to read in a version 2 file whatever the daemon.
-        let cri_snapshotter = if version == 3 {
+        // Version 3 is containerd 2.x's own layout (4, which 2.4 writes, keeps these keys); 2.x
+        // migrates a version 2 file from the 1.x keys, so those are the ones to read in a
+        // version 2 file whatever the daemon.
+        let cri_snapshotter = if version >= 3 {
             string_at(v, &["plugins", "io.containerd.cri.v1.images", "snapshotter"])?
         } else {
             string_at(v, &["plugins", "io.containerd.grpc.v1.cri", "containerd", "snapshotter"])?
@@ -1039,6 +1040,9 @@ mod tests {
         assert_eq!((c.sharing_policy.as_deref(), c.grpc_address.as_deref()), (Some("isolated"), Some("/x.sock")));
         assert_eq!(check_sharing(&c, Path::new("/c")).status, Status::Ok);
         assert!(ContainerdConfig::parse("root = \"/x\"\n").unwrap_err().contains("version 1"));
+        assert!(ContainerdConfig::parse("version = 5\n").unwrap_err().contains("version 5"));
+        let c = ContainerdConfig::parse("version = 4\n[plugins.\"io.containerd.cri.v1.images\"]\nsnapshotter = \"pullgate\"\n").unwrap();
+        assert_eq!(c.cri_snapshotter.as_deref(), Some("pullgate"), "2.4's version 4 reads as 3");
         assert!(ContainerdConfig::parse("version = 2\ndisabled_plugins = \"x\"\n").is_err());
         assert!(ContainerdConfig::parse("version = 2\n[plugins.\"io.containerd.transfer.v1.local\"]\nunpack_config = 3\n").is_err());
         assert!(ContainerdConfig::parse("[[[").is_err());
