@@ -451,7 +451,9 @@ impl Merger<'_> {
         }
         let Some(a) = item.as_array_mut() else { return Err(self.shape(&["disabled_plugins"], "must be a list")) };
         let was_empty = a.is_empty();
-        let prefix = a.iter().last().and_then(|v| v.decor().prefix()).and_then(|p| p.as_str()).unwrap_or(" ").to_string();
+        // Each new entry is spaced as the last one is (on its own line in a list of lines), and
+        // after a comma and a space in a list with its first entry right after the bracket.
+        let prefix = a.iter().last().and_then(|v| v.decor().prefix()).and_then(|p| p.as_str()).filter(|p| !p.is_empty()).unwrap_or(" ").to_string();
         for p in ours.iter().filter(|p| !theirs.contains(p)) {
             let mut v = Value::from(p.as_str());
             v.decor_mut().set_prefix(prefix.clone());
@@ -894,6 +896,8 @@ imports = []
         // The list keeps its entries, order and layout; native is not repeated.
         assert!(out.contains("disabled_plugins = [\n  \"io.containerd.grpc.v1.cri\",\n  \"io.containerd.snapshotter.v1.native\",\n  \"io.containerd.snapshotter.v1.overlayfs\",\n"), "{out}");
         assert_eq!(out.matches("io.containerd.snapshotter.v1.native").count(), 1);
+        let out = merge("version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n", p, &opts(p)).unwrap();
+        assert!(out.contains("disabled_plugins = [\"io.containerd.grpc.v1.cri\", \"io.containerd.snapshotter.v1.overlayfs\", \"io.containerd.snapshotter.v1.native\","), "{out}");
         // The fragment's explanations come along.
         assert!(out.contains("# Each namespace sees only the blobs it wrote or was given"), "{out}");
     }

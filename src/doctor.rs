@@ -234,7 +234,8 @@ impl ContainerdConfig {
             cri_snapshotter,
             unpack,
             sharing_policy: string_at(v, &["plugins", BOLT, "content_sharing_policy"])?,
-            grpc_address: string_at(v, &["grpc", "address"])?,
+            // Version 4 moved the socket into the server plugin's table.
+            grpc_address: if version == 4 { string_at(v, &["plugins", "io.containerd.server.v1.grpc", "address"])? } else { string_at(v, &["grpc", "address"])? },
         })
     }
 
@@ -1043,6 +1044,8 @@ mod tests {
         assert!(ContainerdConfig::parse("version = 5\n").unwrap_err().contains("version 5"));
         let c = ContainerdConfig::parse("version = 4\n[plugins.\"io.containerd.cri.v1.images\"]\nsnapshotter = \"pullgate\"\n").unwrap();
         assert_eq!(c.cri_snapshotter.as_deref(), Some("pullgate"), "2.4's version 4 reads as 3");
+        let c = ContainerdConfig::parse("version = 4\n[plugins.'io.containerd.server.v1.grpc']\naddress = '/y.sock'\n").unwrap();
+        assert_eq!(c.grpc_address.as_deref(), Some("/y.sock"));
         assert!(ContainerdConfig::parse("version = 2\ndisabled_plugins = \"x\"\n").is_err());
         assert!(ContainerdConfig::parse("version = 2\n[plugins.\"io.containerd.transfer.v1.local\"]\nunpack_config = 3\n").is_err());
         assert!(ContainerdConfig::parse("[[[").is_err());
