@@ -13,8 +13,10 @@
 #      content store), attacks on the trust model (under the isolated store the shipped
 #      fragments set, and under the shared one on 1.6 and 2.1), the isolated store without
 #      re-downloads, Kubernetes through pullgate's CRI front (containerd's real CRI plugin,
-#      driven as kubelet drives it by the test CRI client in examples/cri.rs), and `pullgate
-#      doctor` against sound and wrongly configured containerds; under 1.7 and 2.1 also real
+#      driven as kubelet drives it by the test CRI client in examples/cri.rs), `pullgate
+#      doctor` against sound and wrongly configured containerds, and `pullgate
+#      containerd-config` merging into the config files that containerd writes; under 1.7 and
+#      2.1 also real
 #      clients built from their Go modules: nerdctl with pullgate as its snapshotter, crictl
 #      through the CRI front and directly, critest (the CRI validation suite) run against
 #      containerd alone, directly with pullgate as the snapshotter and through the front, a real
@@ -131,6 +133,8 @@ for v in 1.6 1.7 2.1 2.4; do
   run_part "e2e cri containerd $v" bash tests/e2e_cri.sh "$v"
   step "end to end: pullgate doctor against sound and broken containerd configs, version $v"
   run_part "e2e doctor containerd $v" bash tests/e2e_doctor.sh "$v"
+  step "end to end: pullgate containerd-config on the config files containerd $v writes, then containerd $v from the merged file and pullgate doctor"
+  run_part "e2e ctrconf containerd $v" bash tests/e2e_ctrconf.sh "$v"
   step "end to end: operating pullgate (metrics, JSON log and output, password prompt, progress) under containerd $v"
   run_part "e2e ops containerd $v" bash tests/e2e_ops.sh "$v"
   # Real clients, built from their released Go modules by setup.sh (1.7 and 2.1: nerdctl 2.x and
