@@ -282,14 +282,14 @@ fn insert(parent: &mut dyn TableLike, inline: bool, key: &str, item: &Item) {
         Item::Value(v) if inline => insert_inline(parent, key, v),
         other => {
             parent.insert(key, other);
-            if !inline && other_is_value(parent, key) {
+            if !inline && is_value_at(parent, key) {
                 indent_like_siblings(parent, key);
             }
         }
     }
 }
 
-fn other_is_value(t: &dyn TableLike, key: &str) -> bool {
+fn is_value_at(t: &dyn TableLike, key: &str) -> bool {
     t.get(key).is_some_and(Item::is_value)
 }
 
@@ -752,6 +752,7 @@ pub fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str) -> Str
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
