@@ -180,6 +180,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         public_checked: Default::default(),
         holders: Default::default(),
         not_public: Default::default(),
+        no_public_names: Default::default(),
     });
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(tx));

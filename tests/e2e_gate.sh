@@ -577,7 +577,15 @@ check "then the origin was asked again, once ($n1, then $n2)" test "$n2" -eq $((
 # before its unpack (ctr content fetch makes the record; ctr run unpacks it).
 check "A pulls the private name of another image first" pg pull -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_h/private/dup2:v1"
 check "plain ctr fetches its public name into P10 (a record, nothing unpacked)" ctr_ -n P10 content fetch --plain-http "$REG_pub/public/dup2:v1"
+# Another namespace's failed attempt says nothing of the image: in pullgate's public namespace
+# (where pullgate pulls nothing) a run is refused and its anonymous verify fails for a reason of
+# that namespace; P10's run right after is still worked out on its own (not refused for a
+# minute because of it).
+check "plain ctr fetches it into pullgate's public namespace too" ctr_ -n pullgate-public content fetch --plain-http "$REG_pub/public/dup2:v1"
+check_refused "a run of it there is refused" "$DENIED \"pullgate-public\"" "$DUPMSG (2)" run_img pullgate-public d3x "$REG_pub/public/dup2:v1"
 check_out "P10's ctr run unpacks and runs it" "$DUPMSG (2)" run_img P10 d3 "$REG_pub/public/dup2:v1"
+ctr_ -n pullgate-public images rm "$REG_pub/public/dup2:v1" >/dev/null 2>&1
+settle_gc pullgate-public
 # Under AlwaysVerify too: the layers pullgate knows as private are verified at the public
 # name's own origin, without a credential, and the public image runs.
 restart_pullgate $'[policy]\nverification = "AlwaysVerify"' || exit 1

@@ -146,6 +146,10 @@ pub struct Puller {
     /// Pinned references (`repo@digest`) whose anonymous verify failed lately, and until when
     /// they are not asked again (`public_at_own_origin`).
     pub not_public: std::sync::Mutex<HashMap<String, std::time::Instant>>,
+    /// (namespace, chain) whose refused request found no image public at its own origin lately,
+    /// and until when it is not worked out again (`establish`): a namespace's own records are
+    /// read at most once per `UNREACHABLE_RETRY` for a chain, however often it is refused.
+    pub no_public_names: std::sync::Mutex<HashMap<(String, String), std::time::Instant>>,
 }
 
 /// Holder hints kept at most (then forgotten at once and learnt again).
@@ -241,8 +245,17 @@ impl Puller {
                 Ok(_) => return Some(name.clone()),
                 Err(e) => {
                     tracing::info!(%namespace, %principal, name = %pinned, error = %e, "the image is not public at this name's origin (an anonymous verify failed)");
-                    let unreachable = matches!(&e, PullError::Registry(registry::RegistryError::Unavailable { .. }));
-                    let retry = if unreachable { UNREACHABLE_RETRY } else { PUBLIC_RETRY };
+                    // Remembered for every namespace only when the registry itself answered so:
+                    // a failure that came from the asking namespace (its content, its records,
+                    // containerd's answers about them) says nothing of the image elsewhere.
+                    use registry::RegistryError as R;
+                    let retry = match &e {
+                        PullError::Registry(R::Unavailable { .. }) => UNREACHABLE_RETRY,
+                        PullError::Registry(
+                            R::AuthRequired { .. } | R::NoAccess { .. } | R::NotFound { .. } | R::TokenRefused { .. } | R::BadCredential { .. } | R::Protocol { .. },
+                        ) => PUBLIC_RETRY,
+                        _ => continue,
+                    };
                     let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
                     if not_public.len() >= MAX_NOT_PUBLIC {
                         if let Some(soonest) = not_public.iter().min_by_key(|(_, until)| **until).map(|(k, _)| k.clone()) {
@@ -1629,10 +1642,29 @@ impl Gathered {
 #[tonic::async_trait]
 impl crate::snapshotter::service::PublicAtOrigin for Puller {
     async fn establish(&self, namespace: &str, principal: &str, chain: &str) -> Option<String> {
-        let names = self.names_on_chain(namespace, chain).await;
-        if names.is_empty() {
-            return None;
+        let key = (namespace.to_string(), chain.to_string());
+        {
+            let mut none = self.no_public_names.lock().unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            none.retain(|_, until| *until > now);
+            if none.contains_key(&key) {
+                return None;
+            }
         }
-        self.public_at_own_origin(namespace, principal, &names, false).await
+        let names = self.names_on_chain(namespace, chain).await;
+        let found = match names.is_empty() {
+            true => None,
+            false => self.public_at_own_origin(namespace, principal, &names, false).await,
+        };
+        if found.is_none() {
+            let mut none = self.no_public_names.lock().unwrap_or_else(|p| p.into_inner());
+            if none.len() >= MAX_NOT_PUBLIC {
+                if let Some(soonest) = none.iter().min_by_key(|(_, until)| **until).map(|(k, _)| k.clone()) {
+                    none.remove(&soonest);
+                }
+            }
+            none.insert(key, std::time::Instant::now() + UNREACHABLE_RETRY);
+        }
+        found
     }
 }
