@@ -169,8 +169,10 @@ step "differential test of image documents: pullgate's reading against container
 run_part "difftest" bash tests/difftest/run.sh "$PULLGATE_DIFF_CORPUS"
 rm -rf "$PULLGATE_DIFF_CORPUS"
 
-step "release files and the Debian package: reproducible, lintian, installed, run under containerd 2.1, removed and purged"
-run_part "e2e package" bash tests/e2e_package.sh 2.1
+for v in 1.7 2.1; do
+  step "release files and the Debian package: reproducible, lintian, installed, run under containerd $v, removed as the docs say and purged"
+  run_part "e2e package containerd $v" bash tests/e2e_package.sh "$v"
+done
 
 # The lane's exit status and each version's result file are both required: a lane that died
 # before a version's result is a failure, not a silence.

@@ -64,15 +64,12 @@ check "  the content store is isolated" grep -qE "content_sharing_policy = ${q}i
 check "  no snapshotter but pullgate anywhere" not grep -qE "snapshotter = ${q}overlayfs${q}" <<<"$d"
 
 log "containerd $V: a config with an operator's settings and comments"
-python3 - "$D/default.orig" "$D/operator.toml" "$C" "$WORK/certs.d" "$CRI" <<'PY'
+local_containerd_config "$D/default.orig" "$D/local.toml"
+python3 - "$D/local.toml" "$D/operator.toml" "$WORK/certs.d" "$CRI" <<'PY'
 import re, sys
-src, dst, c, certs, cri = sys.argv[1:]
+src, dst, certs, cri = sys.argv[1:]
 t = open(src).read()
 q = "[\"']"
-t = re.sub(r"(?m)^root = " + q + ".*" + q + "$", f'root = "{c}/root"', t)
-t = re.sub(r"(?m)^state = " + q + ".*" + q + "$", f'state = "{c}/state"', t)
-t = re.sub(q + r"/run/containerd/containerd\.sock(\.ttrpc)?" + q, lambda m: f'"{c}/containerd.sock{m.group(1) or ""}"', t)
-t = re.sub(r"(?m)^imports = \[.*\]$", "imports = []", t)
 t = re.sub(r"(?m)^disabled_plugins = \[\]$", f"# operator: Kubernetes is not on this node yet\ndisabled_plugins = [{cri}]", t)
 t, n = re.subn(r"(?m)^(\s*)level = " + q + q + "$", r'\1level = "debug" # operator: while we look into a pull', t, count=1)
 assert n == 1, "no debug level"

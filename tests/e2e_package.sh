@@ -16,16 +16,22 @@
 #      systemd's unchanged, nothing started.
 #   5. The demo's flow from the installed files: pullgated from /usr/bin with
 #      /etc/pullgate/config.toml (edited to name this run's containerd and registry CA), its root
-#      and sockets where the package's defaults put them, a real containerd configured from
-#      /usr/share/pullgate's fragment, a registry with htpasswd: A pulls with its password and
-#      runs; B without credentials is refused (pull, and a run of the imported bytes) and holds
-#      none of the content; B with its own password pulls and runs.
-#   6. dpkg -r: the running daemon is stopped (here without systemd as PID 1: by prerm's
-#      fallback), the binaries are gone, the ledger and the conffile are kept. dpkg -P: pullgate's
-#      state is gone; containerd's and systemd's configuration as before the installation.
+#      and sockets where the package's defaults put them, a real containerd whose own default
+#      config (`containerd config default`) the installed `pullgate containerd-config` merged
+#      pullgate into, a registry with htpasswd: A pulls with its password and runs; B without
+#      credentials is refused (pull, and a run of the imported bytes) and holds none of the
+#      content; B with its own password pulls and runs.
+#   6. Removing as docs/install.md says: the containers removed, `pullgate containerd-config
+#      --undo` (containerd's config byte for byte as before), the labels naming pullgate removed,
+#      containerd restarted on its own config (overlayfs loaded, no pullgate plugin); then dpkg -r:
+#      the running daemon is stopped (here without systemd as PID 1: by prerm's fallback), the
+#      binaries are gone, the ledger and the conffile are kept; nothing mounts from pullgate's
+#      root; dpkg -P: pullgate's state is gone; containerd's and systemd's configuration as before
+#      the installation; containerd runs A's image with overlayfs, and a new namespace pulls and
+#      runs it, with no pullgate anywhere.
 # The package is purged in the EXIT trap, so reruns and the other tests are unaffected (they run
 # target/release's binaries). Needs root, dpkg, lintian and cargo-deb (scripts/setup.sh).
-#   bash tests/e2e_package.sh [CONTAINERD_VERSION]   (default 2.1)
+#   bash tests/e2e_package.sh [CONTAINERD_VERSION]   (1.6, 1.7, 2.1 or 2.4; default 2.1)
 source "$(dirname "$0")/lib.sh"
 V=${1:-2.1}
 INSTALLED=
@@ -250,15 +256,28 @@ check "the daemon runs /usr/bin/pullgated" test "$(readlink "/proc/$PG_PID/exe")
 check "/run/pullgate/snapshotter.sock: 0600 root:root" mode_owner /run/pullgate/snapshotter.sock "600 root:root"
 check "/run/pullgate/api.sock: 0600 root:root" mode_owner /run/pullgate/api.sock "600 root:root"
 check "/var/lib/pullgate: 0700 root:root" mode_owner /var/lib/pullgate "700 root:root"
-# containerd's config from the installed fragment (its snapshotter socket and exported root are
-# the package's defaults), containerd's own root, state and socket under $WORK.
-fragment() {
-  local c=$WORK/containerd
-  /usr/share/pullgate/fragment.sh "$1" | sed -e "/^version = /a root = \"$c/root\"\nstate = \"$c/state\""
-}
-start_containerd "$V" /run/pullgate/snapshotter.sock || { fail "containerd $V did not start"; summary "e2e package"; exit 1; }
-check "containerd's config is the installed fragment's: pullgate at /run/pullgate/snapshotter.sock, root /var/lib/pullgate" \
-  bash -c "grep -qF 'address = \"/run/pullgate/snapshotter.sock\"' '$WORK/containerd/config.toml' && grep -qF 'exports = { root = \"/var/lib/pullgate\" }' '$WORK/containerd/config.toml'"
+# containerd's own config: the file `containerd config default` writes (with the CRI plugin
+# disabled: no Kubernetes on this node, and its root, state and socket under $WORK), merged by
+# the installed `pullgate containerd-config` with the package's defaults (snapshotter socket
+# /run/pullgate/snapshotter.sock, root /var/lib/pullgate) from /etc/pullgate/config.toml.
+C=$WORK/containerd; mkdir -p "$C"
+case $V in 1.6|1.7) cri='"io.containerd.grpc.v1.cri"' ;; *) cri='"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime"' ;; esac
+"$(containerd_bindir "$V")/containerd" config default > "$WORK/containerd-default.toml" 2>/dev/null
+local_containerd_config "$WORK/containerd-default.toml" "$C/config.toml"
+sed -i "s#^disabled_plugins = \[\]#disabled_plugins = [$cri]#" "$C/config.toml"
+cp "$C/config.toml" "$WORK/containerd-config.before"
+# names_pullgate FILE: FILE names pullgate (its plugin, snapshotter, socket or root).
+names_pullgate() { grep -qE "proxy_plugins\.pullgate|[\"']pullgate[\"']|/run/pullgate|/var/lib/pullgate" "$1"; }
+check "containerd $V's own config, CRI disabled" grep -q '^disabled_plugins = \["io.containerd.grpc.v1.cri' "$C/config.toml"
+check "it names no pullgate" not names_pullgate "$C/config.toml"
+check "pullgate containerd-config --content-sharing isolated merges pullgate into it" \
+  /usr/bin/pullgate containerd-config --file "$C/config.toml" --content-sharing isolated
+launch_containerd "$V" || { fail "containerd $V did not start"; summary "e2e package"; exit 1; }
+check "containerd's merged config: pullgate at /run/pullgate/snapshotter.sock, root /var/lib/pullgate" \
+  bash -c "grep -qE 'address = .?/run/pullgate/snapshotter.sock' '$C/config.toml' && grep -qE 'root = .?/var/lib/pullgate' '$C/config.toml'"
+# snapshotters: the snapshotter plugins containerd lists, "ID STATUS" a line.
+snapshotters() { ctr_ plugins ls | awk '$1 == "io.containerd.snapshotter.v1" {print $2, $NF}'; }
+check "containerd lists pullgate as a snapshotter, and no other loaded" test "$(snapshotters | awk '$2 == "ok"' 2>&1)" = "pullgate ok"
 check_containerd_version "$V"
 check "A pulls the private image with its password (pullgate pull, the default API socket)" \
   /usr/bin/pullgate pull -n A --user alice:alice-password "$IMG"
@@ -292,6 +311,31 @@ check_out "B runs it" "$MSG" ctr_ -n B run --rm --snapshotter pullgate "$IMG" b2
 check "pullgate grants lists a grant for B" bash -c "/usr/bin/pullgate grants -n B | awk 'NR > 1' | grep -q ."
 check "the ledger is /var/lib/pullgate/metadata.redb" test -s /var/lib/pullgate/metadata.redb
 
+log "removing, as docs/install.md says (containerd $V)"
+check "A runs a container from the image in the background" ctr_ -n A run -d --snapshotter pullgate "$IMG" long1 sleep 600
+check_out "it runs" RUNNING ctr_ -n A tasks ls
+# 1. Drain: the node's containers removed.
+check "ctr tasks kill" ctr_ -n A tasks kill -s SIGKILL long1
+wait_for 20 not bash -c "'${CTR[0]}' -a '$CTRD_SOCK' -n A tasks ls -q | grep -qx long1"
+ctr_ -n A tasks rm long1 >/dev/null 2>&1
+check "ctr containers rm" ctr_ -n A containers rm long1
+check "ctr snapshots --snapshotter pullgate ls lists what pullgate still holds in A (only the image's layers)" \
+  bash -c "out=\$('${CTR[0]}' -a '$CTRD_SOCK' -n A snapshots --snapshotter pullgate ls) && ! grep -q Active <<<\"\$out\""
+# 2. The fragment undone.
+check "pullgate containerd-config --undo puts back containerd's config" /usr/bin/pullgate containerd-config --file "$C/config.toml" --undo
+check "containerd's config is byte for byte what it was before the merge" same "$C/config.toml" "$WORK/containerd-config.before"
+check "and no backup of it is left" absent "$C/config.toml.pullgate-backup" "$C/config.toml.pullgate-merged"
+# 3. Labels naming pullgate: the public namespace's shareable label.
+if listing ctr_ namespaces ls | grep -q '^pullgate-public '; then
+  check "ctr namespaces label pullgate-public containerd.io/namespace.shareable=" ctr_ namespaces label pullgate-public containerd.io/namespace.shareable=
+fi
+check "no namespace label names pullgate or makes a namespace shareable" \
+  bash -c "out=\$('${CTR[0]}' -a '$CTRD_SOCK' namespaces ls) && ! grep -qE 'pullgate|shareable=true' <<<\"\$out\""
+# 4. containerd restarted on its restored config (the test's stand-in for systemctl restart).
+kill "$CTRD_PID"; wait "$CTRD_PID" 2>/dev/null
+launch_containerd "$V" || { fail "containerd $V did not start again on its own config"; summary "e2e package"; exit 1; }
+check "containerd runs with overlayfs loaded" bash -c "grep -qx 'overlayfs ok' <<<\"\$1\"" _ "$(snapshotters)"
+check "and no pullgate plugin" not bash -c "'${CTR[0]}' -a '$CTRD_SOCK' plugins ls | grep -q pullgate"
 log "dpkg -r"
 if [ -d /run/systemd/system ]; then echo "  (systemd is PID 1 here: prerm stops pullgate.service, and its fallback any other pullgated)"
 else echo "  (no systemd as PID 1 here: prerm's fallback stops the daemon by its executable)"; fi
@@ -305,9 +349,17 @@ check "the ledger and the node's key are kept" present /var/lib/pullgate/metadat
 check "the conffile is kept, with the operator's edits" grep -qx "containerd_address = \"$WORK/containerd/containerd.sock\"" /etc/pullgate/config.toml
 check "dpkg says only pullgate's configuration remains" test "$(dpkg-query -W -f='${db:Status-Abbrev}' pullgate 2>&1)" = "rc "
 
+check "nothing mounts from /var/lib/pullgate" not grep -q /var/lib/pullgate /proc/self/mountinfo
 log "dpkg -P"
 check "dpkg -P purges the package" dpkg -P pullgate
 check "/etc/pullgate, /var/lib/pullgate and /run/pullgate are gone" absent /etc/pullgate /var/lib/pullgate /run/pullgate
+
+log "containerd $V without pullgate"
+check_out "A's image, still in A's content store, runs with overlayfs (unpacked there now)" "$MSG" ctr_ -n A run --rm "$IMG" a9
+check "a new namespace pulls it with its password" ctr_ -n N images pull "${CTRF[@]}" --user alice:alice-password "$IMG"
+check_out "and runs it" "$MSG" ctr_ -n N run --rm "$IMG" n1
+check "N's snapshots are overlayfs's" bash -c "out=\$('${CTR[0]}' -a '$CTRD_SOCK' -n N snapshots --snapshotter overlayfs ls) && [ \$(awk 'NR > 1' <<<\"\$out\" | wc -l) -ge 1 ]"
+check "containerd's config names no pullgate" not names_pullgate "$C/config.toml"
 check "dpkg no longer knows pullgate" not dpkg-query -W pullgate
 check "containerd's and systemd's configuration are as before the installation" diff <(echo "$before") <(config_state)
 INSTALLED=

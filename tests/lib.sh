@@ -385,6 +385,23 @@ TOML
   grep -q "content_sharing_policy = \"${CONTENT_POLICY:-isolated}\"" "$c/config.toml" || { echo "containerd config: policy ${CONTENT_POLICY:-isolated} not set"; return 1; }
 }
 
+# local_containerd_config SRC DST: containerd's config file SRC (one `containerd config default`
+# wrote, say) with its root, state and sockets under $WORK/containerd and no imports: an
+# operator's file, made to run beside the other tests' containerds.
+local_containerd_config() {
+  python3 - "$1" "$2" "$WORK/containerd" <<'PY'
+import re, sys
+src, dst, c = sys.argv[1:]
+t = open(src).read()
+q = "[\"']"
+t = re.sub(r"(?m)^root = " + q + ".*" + q + "$", f'root = "{c}/root"', t)
+t = re.sub(r"(?m)^state = " + q + ".*" + q + "$", f'state = "{c}/state"', t)
+t = re.sub(q + r"/run/containerd/containerd\.sock(\.ttrpc)?" + q, lambda m: f'"{c}/containerd.sock{m.group(1) or ""}"', t)
+t = re.sub(r"(?m)^imports = \[.*\]$", "imports = []", t)
+open(dst, "w").write(t)
+PY
+}
+
 # start_containerd VERSION PG_SOCKET [keep-builtin]: sets CTRD_PID, CTRD_SOCK, CTR (a ctr
 # command array).
 start_containerd() {
