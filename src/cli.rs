@@ -196,6 +196,10 @@ pub struct ContainerdConfigArgs {
     /// With --undo: restore the backup even though the file changed since the merge.
     #[arg(long, requires = "undo")]
     pub force: bool,
+    /// The node's containerd binary, which checks the merged file before it is written
+    /// (`containerd --config FILE config dump`: what containerd itself reads, imports included).
+    #[arg(long, default_value = "containerd")]
+    pub containerd_bin: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -217,9 +221,9 @@ pub enum ContentSharing {
 pub fn containerd_config_exit_code(e: &crate::containerd_config::ContainerdConfigError) -> i32 {
     use crate::containerd_config::ContainerdConfigError as E;
     match e {
-        E::Parse { .. } | E::Version { .. } | E::Conflict { .. } | E::Shape { .. } | E::Platform(_) => EXIT_USAGE,
+        E::Parse { .. } | E::Version { .. } | E::Conflict { .. } | E::Shape { .. } | E::Platform(_) | E::Unverified { .. } => EXIT_USAGE,
         E::Missing { .. } | E::NoBackup { .. } => EXIT_NOT_FOUND,
-        E::Read { .. } | E::Write { .. } | E::BackupExists { .. } | E::Edited { .. } => EXIT_FAILURE,
+        E::Read { .. } | E::Write { .. } | E::BackupExists { .. } | E::Edited { .. } | E::Unchecked { .. } => EXIT_FAILURE,
     }
 }
 
@@ -265,6 +269,12 @@ fn containerd_config(a: ContainerdConfigArgs) -> i32 {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
+    if let Err(e) = cc::verify(&plan, &opts, &a.containerd_bin) {
+        if plan.changes() {
+            print!("{}", plan.diff());
+        }
+        return fail(e);
+    }
     if !plan.changes() {
         println!("{} already has pullgate's settings: nothing to change", plan.file.display());
         return 0;

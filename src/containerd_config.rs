@@ -2,8 +2,9 @@
 //! (plugin/containerd-1.x.toml or plugin/containerd-2.x.toml, embedded here) into containerd's
 //! config.toml as an operator would by hand, keeping the file's other settings, comments, order
 //! and formatting. It owns the merge rules (which of the operator's values give way, which are a
-//! conflict), the backup and its undo, the atomic write and the diff it shows. It reads pullgate's
-//! own configuration through `config` and uses nothing above it.
+//! conflict), the check of the result by containerd's own reading of it, the backup and its undo,
+//! the atomic write and the diff it shows. It reads pullgate's own configuration through `config`
+//! and uses nothing above it.
 use crate::config::Config;
 use sha2::{Digest, Sha256};
 use std::io::Write as _;
@@ -123,6 +124,10 @@ pub enum ContainerdConfigError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("unknown architecture {0}: pass --platform linux/GOARCH[/VARIANT], as containerd names it")]
     Platform(String),
+    #[error("cannot check the merged file with containerd ({containerd} --config FILE config dump): {reason}; pass --containerd-bin with the node's containerd. Nothing written.")]
+    Unchecked { containerd: PathBuf, reason: String },
+    #[error("{path}: refused, nothing written: containerd {version} would read the merged file otherwise than pullgate needs (its own reading, `config dump`, applies imports, key case, escapes and the config version):\n{}", problems.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n"))]
+    Unverified { path: PathBuf, version: String, problems: Vec<String> },
 }
 
 type Result<T, E = ContainerdConfigError> = std::result::Result<T, E>;
@@ -528,15 +533,147 @@ impl Plan {
     pub fn changes(&self) -> bool {
         self.before.as_deref() != Some(self.after.as_bytes())
     }
-    /// The change as a unified diff.
+    /// The change as a unified diff, the values of credential keys (a registry's `auth`,
+    /// `password`, tokens) hidden: the file may hold them, and the diff goes to a terminal.
     pub fn diff(&self) -> String {
         let name = self.file.display().to_string();
         let before = self.before.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
         let old = if self.before.is_some() { name.clone() } else { "/dev/null".into() };
-        unified_diff(&before, &self.after, &old, &name)
+        let diff = unified_diff(&before, &self.after, &old, &name);
+        diff.lines().map(|l| hide_secret(l) + "\n").collect()
     }
     pub fn backup(&self) -> PathBuf {
         beside(&self.file, BACKUP_SUFFIX)
+    }
+}
+
+// The check: what containerd itself reads from the merged file
+
+/// Built-in snapshotters each containerd series has: every one must be disabled, or a client
+/// could unpack a cached image around the gate.
+const BUILTINS_1X: [&str; 7] = ["overlayfs", "native", "btrfs", "zfs", "devmapper", "aufs", "blockfile"];
+const BUILTINS_2X: [&str; 8] = ["overlayfs", "native", "btrfs", "zfs", "devmapper", "aufs", "blockfile", "erofs"];
+
+/// Runs `containerd --config FILE config dump` on the merged text (written to a private file
+/// beside the target, so that relative imports resolve alike) and checks what containerd read.
+/// containerd's loader, not pullgate's reading, decides: imports merged in (2.4 adds
+/// /etc/containerd/conf.d/*.toml by itself), keys matched as containerd matches them, escapes
+/// decoded as its TOML library decodes them, a version 2 file migrated by a 2.x containerd.
+pub fn verify(plan: &Plan, opts: &Options, containerd: &Path) -> Result<()> {
+    let unchecked = |reason: String| ContainerdConfigError::Unchecked { containerd: containerd.to_path_buf(), reason };
+    let dir = plan.file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".pullgate-check-")
+        .suffix(".toml")
+        .tempfile_in(dir)
+        .map_err(|source| ContainerdConfigError::Write { path: dir.to_path_buf(), source })?;
+    tmp.write_all(plan.after.as_bytes()).map_err(|source| ContainerdConfigError::Write { path: tmp.path().to_path_buf(), source })?;
+    let out = std::process::Command::new(containerd)
+        .arg("--config")
+        .arg(tmp.path())
+        .args(["config", "dump"])
+        .output()
+        .map_err(|e| unchecked(e.to_string()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(unchecked(format!("{}: {}", out.status, err.trim().lines().last().unwrap_or(""))));
+    }
+    let dump: toml::Value = std::str::from_utf8(&out.stdout)
+        .map_err(|e| e.to_string())
+        .and_then(|t| toml::from_str(t).map_err(|e| e.to_string()))
+        .map_err(|e| unchecked(format!("its output is not TOML: {e}")))?;
+    let (version, problems) = dump_problems(&dump, opts);
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(ContainerdConfigError::Unverified { path: plan.file.clone(), version, problems }),
+    }
+}
+
+/// What in containerd's `config dump` keeps pullgate from being the only snapshotter it loads
+/// and the one CRI and the transfer service unpack into; and the config version it read as.
+fn dump_problems(dump: &toml::Value, opts: &Options) -> (String, Vec<String>) {
+    let at = |path: &[&str]| path.iter().try_fold(dump, |v, k| v.get(k));
+    let text = |path: &[&str]| at(path).and_then(|v| v.as_str()).map(str::to_string);
+    let version = at(&["version"]).and_then(|v| v.as_integer()).unwrap_or(0);
+    let v2 = version >= 3;
+    let series = if v2 { "2.x" } else { "1.x" };
+    let mut problems = Vec::new();
+    let disabled: Vec<&str> = at(&["disabled_plugins"]).and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
+    let builtins: &[&str] = if v2 { &BUILTINS_2X } else { &BUILTINS_1X };
+    for b in builtins {
+        let uri = format!("io.containerd.snapshotter.v1.{b}");
+        if !disabled.contains(&uri.as_str()) {
+            problems.push(format!("disabled_plugins lacks {uri}: containerd {series} would load it beside pullgate"));
+        }
+    }
+    if disabled.contains(&PLUGIN_URI) {
+        problems.push(format!("disabled_plugins names {PLUGIN_URI}"));
+    }
+    let socket = opts.snapshotter_socket.display().to_string();
+    match (text(&["proxy_plugins", NAME, "type"]), text(&["proxy_plugins", NAME, "address"])) {
+        (Some(t), Some(a)) if t == "snapshot" && a == socket => {}
+        (t, a) => problems.push(format!(
+            "proxy_plugins.{NAME} is type {:?} at {:?}, not a snapshot plugin at {socket}",
+            t.unwrap_or_default(),
+            a.unwrap_or_default()
+        )),
+    }
+    if let Some(proxies) = at(&["proxy_plugins"]).and_then(|v| v.as_table()) {
+        for (name, p) in proxies {
+            if name != NAME && p.get("type").and_then(|t| t.as_str()) == Some("snapshot") {
+                problems.push(format!("proxy_plugins.{name} is another snapshotter: any client could unpack with it"));
+            }
+        }
+    }
+    if opts.sharing != Some(Sharing::Shared) {
+        let policy = text(&["plugins", BOLT, "content_sharing_policy"]).unwrap_or_default();
+        if policy != "isolated" {
+            problems.push(format!("plugins.\"{BOLT}\".content_sharing_policy is {policy:?}, not \"isolated\""));
+        }
+    }
+    // CRI: its image service's snapshotter, and any a runtime or platform of it names.
+    let (cri, images, runtimes): (&str, &[&str], &[&str]) = if v2 {
+        ("io.containerd.cri.v1.images", &["plugins", "io.containerd.cri.v1.images"], &["plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes"])
+    } else {
+        ("io.containerd.grpc.v1.cri", &["plugins", "io.containerd.grpc.v1.cri", "containerd"], &["plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes"])
+    };
+    if !disabled.contains(&cri) {
+        let mut want = |what: String, v: Option<&toml::Value>, empty_ok: bool| {
+            let got = v.and_then(|v| v.as_str()).unwrap_or("");
+            if got != NAME && !(empty_ok && got.is_empty()) {
+                problems.push(format!("{what} is {got:?}, not \"{NAME}\""));
+            }
+        };
+        want(format!("CRI's snapshotter ({})", images.join(".")), at(images).and_then(|t| t.get("snapshotter")), false);
+        for (name, r) in at(runtimes).and_then(|v| v.as_table()).into_iter().flatten() {
+            want(format!("CRI runtime {name}'s snapshotter"), r.get("snapshotter"), true);
+        }
+        let platforms: &[&str] = if v2 { &["plugins", "io.containerd.cri.v1.images", "runtime_platforms"] } else { &[] };
+        for (name, r) in at(platforms).filter(|_| v2).and_then(|v| v.as_table()).into_iter().flatten() {
+            want(format!("CRI runtime platform {name}'s snapshotter"), r.get("snapshotter"), true);
+        }
+    }
+    // The transfer service (1.7 and 2.x): every platform it unpacks unpacks into pullgate.
+    if let Some(entries) = at(&["plugins", "io.containerd.transfer.v1.local", "unpack_config"]).and_then(|v| v.as_array()) {
+        for e in entries {
+            let (platform, snap) = (e.get("platform").and_then(|v| v.as_str()).unwrap_or(""), e.get("snapshotter").and_then(|v| v.as_str()).unwrap_or(""));
+            if snap != NAME {
+                problems.push(format!("the transfer service unpacks {platform} into {snap:?}, not \"{NAME}\""));
+            }
+        }
+    }
+    (format!("{series} (config version {version})"), problems)
+}
+
+/// A diff line with the value of a credential key hidden (`password = "..."` ->
+/// `password = <hidden>`): the key names containerd's registry configuration uses.
+fn hide_secret(line: &str) -> String {
+    const KEYS: [&str; 6] = ["password", "auth", "identitytoken", "identity_token", "token", "registrytoken"];
+    let Some((key, _)) = line.get(1..).and_then(|l| l.split_once('=')) else { return line.to_string() };
+    let k = key.trim().trim_matches(|c| c == '"' || c == '\'').to_ascii_lowercase();
+    match KEYS.contains(&k.as_str()) && !line.starts_with("@@") {
+        true => format!("{}{}= <hidden>", &line[..1], key),
+        false => line.to_string(),
     }
 }
 
@@ -1096,5 +1233,40 @@ imports = []
         assert!(matches!(plan(&opts(&file)), Err(ContainerdConfigError::Conflict { .. })));
         assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn containerds_reading_is_checked() {
+        let o = opts(Path::new("/etc/containerd/config.toml"));
+        let sock = o.snapshotter_socket.display().to_string();
+        let good = format!(
+            "version = 3\ndisabled_plugins = [{}]\n[proxy_plugins.pullgate]\ntype = 'snapshot'\naddress = '{sock}'\n\
+             [plugins.'io.containerd.metadata.v1.bolt']\ncontent_sharing_policy = 'isolated'\n\
+             [plugins.'io.containerd.cri.v1.images']\nsnapshotter = 'pullgate'\n\
+             [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\nsnapshotter = ''\n\
+             [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]\nplatform = 'linux/amd64'\nsnapshotter = 'pullgate'\n",
+            BUILTINS_2X.iter().map(|b| format!("'io.containerd.snapshotter.v1.{b}'")).collect::<Vec<_>>().join(", ")
+        );
+        let dump = |t: &str| toml::from_str::<toml::Value>(t).unwrap();
+        assert_eq!(dump_problems(&dump(&good), &o).1, Vec::<String>::new());
+        for (change, want) in [
+            (("'io.containerd.snapshotter.v1.erofs'", "'x'"), "lacks io.containerd.snapshotter.v1.erofs"),
+            ((sock.as_str(), "/tmp/elsewhere.sock"), "proxy_plugins.pullgate is type"),
+            (("'isolated'", "'shared'"), "content_sharing_policy is \"shared\""),
+            (("snapshotter = ''", "snapshotter = 'native'"), "CRI runtime runc's snapshotter is \"native\""),
+            (("version = 3\n", "version = 3\n[proxy_plugins.stargz]\ntype = 'snapshot'\n"), "proxy_plugins.stargz is another snapshotter"),
+        ] {
+            let p = dump_problems(&dump(&good.replacen(change.0, change.1, 1)), &o).1;
+            assert!(p.iter().any(|x| x.contains(want)), "{want}: {p:?}");
+        }
+    }
+
+    #[test]
+    fn credentials_are_hidden_in_the_diff() {
+        assert_eq!(hide_secret("   password = \"s3cret\""), "   password = <hidden>");
+        assert_eq!(hide_secret("+  auth = 'dXNlcjpwdw=='"), "+  auth = <hidden>");
+        assert_eq!(hide_secret("-  IdentityToken = \"t\""), "-  IdentityToken = <hidden>");
+        assert_eq!(hide_secret("   username = \"node\""), "   username = \"node\"");
+        assert_eq!(hide_secret("+  snapshotter = \"pullgate\""), "+  snapshotter = \"pullgate\"");
     }
 }

@@ -10,7 +10,11 @@
 #     original bytes;
 #   - the default file with another snapshotter pinned: refused, unchanged;
 #   - a version 1 file refused with the way to migrate; a missing file created only for a named
-#     containerd.
+#     containerd;
+#   - merges that containerd's own reading (`config dump`, run by the command before it writes)
+#     shows wrong, refused with the file unchanged: an imported drop-in pointing pullgate's proxy
+#     plugin elsewhere, another proxy snapshotter, a version 2 file under a 2.x containerd (which
+#     migrates it and would load erofs); a registry password in the file hidden in the diff.
 # One containerd start. Usage: tests/e2e_ctrconf.sh VERSION
 source "$(dirname "$0")/lib.sh"
 V=${1:?usage: e2e_ctrconf.sh 1.6|1.7|2.1|2.4}
@@ -26,7 +30,7 @@ pullgate_config "$PG"
 D=$WORK/configs; mkdir -p "$D"
 
 # cc ARGS...: `pullgate containerd-config` with this run's pullgate config; sets OUT and RC.
-cc() { OUT=$("$PG_BIN" containerd-config -c "$PG/config.toml" "$@" 2>&1); RC=$?; }
+cc() { OUT=$("$PG_BIN" containerd-config -c "$PG/config.toml" --containerd-bin "$BIN/containerd" "$@" 2>&1); RC=$?; }
 # rc_is WANT DESC: the last cc exited WANT.
 rc_is() { if [ "$RC" -eq "$1" ]; then pass "$2 (exit $1)"; else fail "$2: exit $RC, want $1: $(shown 800 "$OUT")"; fi; }
 # says DESC TEXT: the last cc's output contains TEXT.
@@ -175,5 +179,47 @@ check "containerd $V reads the created file, pullgate its CRI snapshotter" grep 
 cc --file "$D/new.toml" --undo
 rc_is 0 "--undo of a created file"
 absent "  removes it" "$D/new.toml" "$D/new.toml.pullgate-merged"
+
+log "containerd $V: the merge checked by containerd's own reading of it"
+# A drop-in the file imports points pullgate's proxy plugin elsewhere: containerd reads it after
+# the file, whatever the merge wrote there.
+I=$D/imports; mkdir -p "$I/conf.d"
+case $SERIES in 1.x) ver=2 ;; 2.x) ver=3 ;; esac
+printf 'version = %s\nimports = ["%s/conf.d/*.toml"]\n' "$ver" "$I" > "$I/config.toml"
+printf '[proxy_plugins.pullgate]\n  type = "snapshot"\n  address = "/tmp/elsewhere.sock"\n' > "$I/conf.d/10-elsewhere.toml"
+cp "$I/config.toml" "$I/config.orig"
+cc --file "$I/config.toml" --content-sharing isolated
+rc_is 2 "a merge that an imported file overrides is refused"
+says "  as containerd reads it" 'proxy_plugins.pullgate is type "snapshot" at "/tmp/elsewhere.sock"'
+same "  the file is unchanged" "$I/config.toml" "$I/config.orig"
+absent "  no backup" "$I/config.toml.pullgate-backup" "$I/config.toml.pullgate-merged"
+# Another proxy snapshotter beside pullgate.
+{ cat "$D/default.orig"; printf '\n[proxy_plugins.stargz]\n  type = "snapshot"\n  address = "/run/stargz.sock"\n'; } > "$D/stargz.toml"
+cp "$D/stargz.toml" "$D/stargz.orig"
+cc --file "$D/stargz.toml" --content-sharing isolated
+rc_is 2 "another proxy snapshotter is refused"
+says "  naming it" "proxy_plugins.stargz is another snapshotter"
+same "  the file is unchanged" "$D/stargz.toml" "$D/stargz.orig"
+if [ "$SERIES" = 2.x ]; then
+  # A version 2 file: containerd $V migrates it, and the 1.x keys do not all carry over.
+  printf 'version = 2\n' > "$D/v2.toml"; cp "$D/v2.toml" "$D/v2.orig"
+  cc --file "$D/v2.toml" --content-sharing isolated
+  rc_is 2 "a version 2 file, which containerd $V migrates, is refused"
+  says "  erofs would load" "disabled_plugins lacks io.containerd.snapshotter.v1.erofs"
+  same "  the file is unchanged" "$D/v2.toml" "$D/v2.orig"
+fi
+# A registry credential in the file is not shown in the diff.
+case $SERIES in 1.x) reg='plugins."io.containerd.grpc.v1.cri".registry' ;; 2.x) reg="plugins.'io.containerd.cri.v1.images'.registry" ;; esac
+# (Where the merge's change is near, so that the diff would show it: before 1.x's [proxy_plugins],
+# at the end of a 2.x file.)
+auth=$(printf '[%s.configs."registry.example".auth]\n  password = "s3cret-In-Config"\n  username = "node"\n' "$reg")
+case $SERIES in
+  1.x) awk -v a="$auth" '/^\[proxy_plugins\]$/ {print a; print ""} {print}' "$D/default.orig" > "$D/auth.toml" ;;
+  2.x) { cat "$D/default.orig"; printf '\n%s\n' "$auth"; } > "$D/auth.toml" ;;
+esac
+cc --file "$D/auth.toml" --content-sharing isolated --dry-run
+rc_is 0 "--dry-run of a file holding a registry password"
+check "  its diff shows the password's line hidden" grep -qE '^ +password = <hidden>$' <<<"$OUT"
+check "  and never the password" not grep -qF "s3cret-In-Config" <<<"$OUT"
 
 summary "e2e ctrconf containerd $V"

@@ -271,7 +271,7 @@ names_pullgate() { grep -qE "proxy_plugins\.pullgate|[\"']pullgate[\"']|/run/pul
 check "containerd $V's own config, CRI disabled" grep -q '^disabled_plugins = \["io.containerd.grpc.v1.cri' "$C/config.toml"
 check "it names no pullgate" not names_pullgate "$C/config.toml"
 check "pullgate containerd-config --content-sharing isolated merges pullgate into it" \
-  /usr/bin/pullgate containerd-config --file "$C/config.toml" --content-sharing isolated
+  /usr/bin/pullgate containerd-config --file "$C/config.toml" --content-sharing isolated --containerd-bin "$(containerd_bindir "$V")/containerd"
 launch_containerd "$V" || { fail "containerd $V did not start"; summary "e2e package"; exit 1; }
 check "containerd's merged config: pullgate at /run/pullgate/snapshotter.sock, root /var/lib/pullgate" \
   bash -c "grep -qE 'address = .?/run/pullgate/snapshotter.sock' '$C/config.toml' && grep -qE 'root = .?/var/lib/pullgate' '$C/config.toml'"
