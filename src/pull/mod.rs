@@ -145,11 +145,11 @@ pub struct Puller {
     pub holders: std::sync::Mutex<HashMap<String, String>>,
     /// Pinned references (`repo@digest`) whose anonymous verify failed lately, and until when
     /// they are not asked again (`public_at_own_origin`).
-    pub not_public: std::sync::Mutex<HashMap<String, std::time::Instant>>,
+    pub not_public: Recent<String>,
     /// (namespace, chain) whose refused request found no image public at its own origin lately,
     /// and until when it is not worked out again (`establish`): a namespace's own records are
     /// read at most once per `UNREACHABLE_RETRY` for a chain, however often it is refused.
-    pub no_public_names: std::sync::Mutex<HashMap<(String, String), std::time::Instant>>,
+    pub no_public_names: Recent<(String, String)>,
 }
 
 /// Holder hints kept at most (then forgotten at once and learnt again).
@@ -190,6 +190,38 @@ const UNREACHABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(10
 /// again soonest is forgotten for the newest (a namespace filling it with names of its own
 /// cannot turn the memory off for everyone).
 const MAX_NOT_PUBLIC: usize = 10_000;
+/// Keys remembered until a moment each (what `public_at_own_origin` and `establish` do not ask
+/// again for a while), at most `MAX_NOT_PUBLIC` of them: when full, the one whose moment comes
+/// soonest is forgotten for the newest.
+pub struct Recent<K>(std::sync::Mutex<HashMap<K, std::time::Instant>>);
+
+impl<K> Default for Recent<K> {
+    fn default() -> Self {
+        Recent(Default::default())
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone> Recent<K> {
+    /// Whether `key` is remembered still (forgetting every key whose moment has passed).
+    fn holds(&self, key: &K) -> bool {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        m.retain(|_, until| *until > now);
+        m.contains_key(key)
+    }
+
+    /// Remembers `key` for `time` from now.
+    fn remember(&self, key: K, time: std::time::Duration) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= MAX_NOT_PUBLIC {
+            if let Some(soonest) = m.iter().min_by_key(|(_, until)| **until).map(|(k, _)| k.clone()) {
+                m.remove(&soonest);
+            }
+        }
+        m.insert(key, std::time::Instant::now() + time);
+    }
+}
+
 /// At most this many of an image's names are asked whether the image is public there.
 const PUBLIC_NAMES: usize = 4;
 /// At most this many image records of a namespace are read for the names on a chain.
@@ -214,13 +246,8 @@ impl Puller {
         for (name, target) in names {
             let Ok(r) = Reference::parse(name) else { continue };
             let pinned = format!("{}@{target}", r.origin());
-            {
-                let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
-                let now = std::time::Instant::now();
-                not_public.retain(|_, until| *until > now);
-                if not_public.contains_key(&pinned) {
-                    continue;
-                }
+            if self.not_public.holds(&pinned) {
+                continue;
             }
             if asked.len() >= PUBLIC_NAMES || !asked.insert(pinned.clone()) {
                 continue;
@@ -256,13 +283,7 @@ impl Puller {
                         ) => PUBLIC_RETRY,
                         _ => continue,
                     };
-                    let mut not_public = self.not_public.lock().unwrap_or_else(|p| p.into_inner());
-                    if not_public.len() >= MAX_NOT_PUBLIC {
-                        if let Some(soonest) = not_public.iter().min_by_key(|(_, until)| **until).map(|(k, _)| k.clone()) {
-                            not_public.remove(&soonest);
-                        }
-                    }
-                    not_public.insert(pinned, std::time::Instant::now() + retry);
+                    self.not_public.remember(pinned, retry);
                 }
             }
         }
@@ -1643,13 +1664,8 @@ impl Gathered {
 impl crate::snapshotter::service::PublicAtOrigin for Puller {
     async fn establish(&self, namespace: &str, principal: &str, chain: &str) -> Option<String> {
         let key = (namespace.to_string(), chain.to_string());
-        {
-            let mut none = self.no_public_names.lock().unwrap_or_else(|p| p.into_inner());
-            let now = std::time::Instant::now();
-            none.retain(|_, until| *until > now);
-            if none.contains_key(&key) {
-                return None;
-            }
+        if self.no_public_names.holds(&key) {
+            return None;
         }
         let names = self.names_on_chain(namespace, chain).await;
         let found = match names.is_empty() {
@@ -1657,13 +1673,7 @@ impl crate::snapshotter::service::PublicAtOrigin for Puller {
             false => self.public_at_own_origin(namespace, principal, &names, false).await,
         };
         if found.is_none() {
-            let mut none = self.no_public_names.lock().unwrap_or_else(|p| p.into_inner());
-            if none.len() >= MAX_NOT_PUBLIC {
-                if let Some(soonest) = none.iter().min_by_key(|(_, until)| **until).map(|(k, _)| k.clone()) {
-                    none.remove(&soonest);
-                }
-            }
-            none.insert(key, std::time::Instant::now() + UNREACHABLE_RETRY);
+            self.no_public_names.remember(key, UNREACHABLE_RETRY);
         }
         found
     }
