@@ -51,15 +51,8 @@ show ctr_ -n B content get "$top"
 echo "... nor pull the image without the password:"
 show ctr_ -n B images pull "${CTRF[@]}" --snapshotter pullgate "$IMG"
 echo "... and given the image's bytes some other way (here, its build directory), imports them and runs it:"
-python3 - "$WORK/img/index.json" "$IMG" > "$WORK/leaked-index.json" <<'PY'
-import json, sys
-i = json.load(open(sys.argv[1])); e = i["manifests"][0]
-e["annotations"] = {"io.containerd.image.name": sys.argv[2]}
-print(json.dumps({"schemaVersion": 2, "manifests": [e]}))
-PY
-mkdir -p "$WORK/leaked" && cp -r "$WORK/img/blobs" "$WORK/leaked/" && cp "$WORK/leaked-index.json" "$WORK/leaked/index.json"
-echo '{"imageLayoutVersion":"1.0.0"}' > "$WORK/leaked/oci-layout"; tar -C "$WORK/leaked" -cf "$WORK/leaked.tar" .
-show ctr_ -n B images import --no-unpack "$WORK/leaked.tar"
+leaked=$(layout_tar "$WORK/img" "$IMG")
+show ctr_ -n B images import --no-unpack "$leaked"
 show ctr_ -n B run --rm --snapshotter pullgate "$IMG" b1
 show pg check -n B "$IMG"
 ctr_ -n B images rm --sync "$IMG" >/dev/null 2>&1

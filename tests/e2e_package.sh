@@ -292,15 +292,8 @@ check_err "B, without credentials, cannot pull it through pullgate" 'unauthorize
 check "B holds no image of it" no_image B "$IMG"
 check "B's content store holds none of its layers" lacks "${top:-sha256:none}" ctr_ -n B content ls
 # The bytes reaching B some other way (its build directory): imported, they are refused at run.
-python3 - "$WORK/img/index.json" "$IMG" > "$WORK/leaked-index.json" <<'PY'
-import json, sys
-i = json.load(open(sys.argv[1])); e = i["manifests"][0]
-e["annotations"] = {"io.containerd.image.name": sys.argv[2]}
-print(json.dumps({"schemaVersion": 2, "manifests": [e]}))
-PY
-mkdir -p "$WORK/leaked" && cp -r "$WORK/img/blobs" "$WORK/leaked/" && cp "$WORK/leaked-index.json" "$WORK/leaked/index.json"
-echo '{"imageLayoutVersion":"1.0.0"}' > "$WORK/leaked/oci-layout"; tar -C "$WORK/leaked" -cf "$WORK/leaked.tar" .
-check "B imports the image's bytes" ctr_ -n B images import --no-unpack "$WORK/leaked.tar"
+leaked=$(layout_tar "$WORK/img" "$IMG")
+check "B imports the image's bytes" ctr_ -n B images import --no-unpack "$leaked"
 check_refused "B's run of the imported image is refused by pullgate" 'pullgate denied' "$MSG" \
   ctr_ -n B run --rm --snapshotter pullgate "$IMG" b1
 check "B has no unpacked image (its top layer is no committed snapshot in B)" not image_unpacked B "$IMG"

@@ -108,16 +108,7 @@ PY
 layout_manifest() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/index.json"))["manifests"][0]["digest"])' "$1"; }
 # import_layout NS DIR NAME: imports the OCI layout's image into NS as NAME, without unpacking.
 import_layout() {
-  local ns=$1 dir=$2 name=$3 t; t=$(mktemp -d "$WORK/import.XXXXXX")
-  cp -r "$dir/blobs" "$t/" && echo '{"imageLayoutVersion":"1.0.0"}' > "$t/oci-layout"
-  python3 - "$dir/index.json" "$name" > "$t/index.json" <<'PY' || return 1
-import json, sys
-idx = json.load(open(sys.argv[1]))
-e = idx["manifests"][0]
-e["annotations"] = {"io.containerd.image.name": sys.argv[2], "org.opencontainers.image.ref.name": "v1"}
-print(json.dumps({"schemaVersion": 2, "manifests": [e]}))
-PY
-  tar -C "$t" -cf "$t.tar" . && ctr_ -n "$ns" images import --no-unpack --snapshotter pullgate "$t.tar" >/dev/null 2>&1
+  local tar; tar=$(layout_tar "$2" "$3") && ctr_ -n "$1" images import --no-unpack --snapshotter pullgate "$tar" >/dev/null 2>&1
 }
 # steal_image NS MANIFEST NAME: the digest-adoption attack (docs/threat-model.md; steal_blob in lib.sh): NS
 # takes the manifest, config and layers from the shared content store by digest alone, reads

@@ -385,6 +385,22 @@ TOML
   grep -q "content_sharing_policy = \"${CONTENT_POLICY:-isolated}\"" "$c/config.toml" || { echo "containerd config: policy ${CONTENT_POLICY:-isolated} not set"; return 1; }
 }
 
+# layout_tar DIR NAME: an archive of the OCI layout DIR's image, named NAME, as `ctr images
+# import` reads it (an image's bytes reaching a namespace some other way than a pull); prints
+# the archive's path.
+layout_tar() {
+  local dir=$1 name=$2 t; t=$(mktemp -d "$WORK/import.XXXXXX")
+  cp -r "$dir/blobs" "$t/" && echo '{"imageLayoutVersion":"1.0.0"}' > "$t/oci-layout" || return 1
+  python3 - "$dir/index.json" "$name" > "$t/index.json" <<'PY' || return 1
+import json, sys
+idx = json.load(open(sys.argv[1]))
+e = idx["manifests"][0]
+e["annotations"] = {"io.containerd.image.name": sys.argv[2], "org.opencontainers.image.ref.name": "v1"}
+print(json.dumps({"schemaVersion": 2, "manifests": [e]}))
+PY
+  tar -C "$t" -cf "$t.tar" . && echo "$t.tar"
+}
+
 # local_containerd_config SRC DST: containerd's config file SRC (one `containerd config default`
 # wrote, say) with its root, state and sockets under $WORK/containerd and no imports: an
 # operator's file, made to run beside the other tests' containerds.
