@@ -139,7 +139,8 @@ build_containerd() {
 }
 [ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_containerd
 
-# kubelet and kube-apiserver (tests/e2e_kubelet.sh) from k8s.io/kubernetes, a release with
+# kubelet and kube-apiserver (tests/e2e_kubelet.sh), and kube-scheduler, kube-controller-manager
+# and kubectl (tests/e2e_cluster.sh's cluster) from k8s.io/kubernetes, a release with
 # KEP-2535 (KubeletEnsureSecretPulledImages) in beta. kubernetes' go.mod replaces its staging
 # modules (k8s.io/api, client-go, kubelet, cri-api, ...) with ./staging/src/..., which its module
 # zip does not carry: so it is built as a dependency of a small wrapper module whose go.mod
@@ -147,11 +148,14 @@ build_containerd() {
 # version of the same release (v0.X.Y for v1.X.Y). Static (CGO off) and stripped, as upstream
 # releases them.
 K8S_VERSION=v1.37.2
+K8S_COMMANDS="kubelet kube-apiserver kube-scheduler kube-controller-manager kubectl"
 build_kubernetes() {
   local out=$DEPS/kubernetes-$K8S_VERSION d gomod minor=${K8S_VERSION#v1.}
   minor=${minor%%.*}
-  [ -x "$out/kubelet" ] && [ -x "$out/kube-apiserver" ] && return 0
-  echo "setup: building kubelet and kube-apiserver $K8S_VERSION"
+  local c have=1
+  for c in $K8S_COMMANDS; do [ -x "$out/$c" ] || have=; done
+  [ -n "$have" ] && return 0
+  echo "setup: building $K8S_COMMANDS $K8S_VERSION"
   gomod=$("$GO" mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("GoMod") or sys.exit(d.get("Error")))')
   d=$DEPS/src/kubernetes-wrapper-$K8S_VERSION
   rm -rf "$d"; mkdir -p "$d"
@@ -168,9 +172,9 @@ build_kubernetes() {
   done
   mkdir -p "$out.tmp"
   (cd "$d" && CGO_ENABLED=0 GOFLAGS=-mod=mod "$GO" build -trimpath -ldflags "$ld" -o "$out.tmp/" \
-      k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver) && rm -rf "$out" && mv "$out.tmp" "$out"
+      $(printf 'k8s.io/kubernetes/cmd/%s ' $K8S_COMMANDS)) && rm -rf "$out" && mv "$out.tmp" "$out"
   rm -rf "$d"
-  "$out/kubelet" --version && "$out/kube-apiserver" --version
+  "$out/kubelet" --version && "$out/kube-apiserver" --version && "$out/kubectl" version --client
 }
 [ -n "${PULLGATE_SKIP_GO_TOOLS:-}" ] || build_kubernetes
 # containerd's own integration tests (integration/client), for tests/e2e_containerd_suite.sh:

@@ -31,9 +31,8 @@
 # Usage: tests/e2e_kubelet.sh VERSION
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/cri_lib.sh"
+source "$(dirname "$0")/kube_lib.sh"
 V=${1:?usage: e2e_kubelet.sh 1.7|2.1|2.4}
-K8S_VERSION=${K8S_VERSION:-v1.37.2}
-KBIN=${KBIN:-$DEPS/kubernetes-$K8S_VERSION}
 CRICTL_BIN=${CRICTL_BIN:-$DEPS/cri-tools-${CRI_TOOLS_VERSION:-v1.37.0}/crictl}
 PW_NODE=node-Kubelet-8r3v
 PW_ALICE=alice-Kubelet-4k7d
@@ -84,13 +83,7 @@ pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
 direct() { "$CRICTL_BIN" --runtime-endpoint "unix://$CTRD_SOCK" --image-endpoint "unix://$CTRD_SOCK" "$@"; }
 
 # ---- kubelet ----
-# The kernel tunables kubelet sets at start unless they already hold its values (kubelet's
-# setupKernelTunables), as files with those values, bound over /proc/sys in kubelet's namespace.
-mkdir -p "$WORK/sysctl"
-for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1 \
-          kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000; do
-  mkdir -p "$(dirname "$WORK/sysctl/${kv%%=*}")"; echo "${kv#*=}" > "$WORK/sysctl/${kv%%=*}"
-done
+kube_sysctl_files "$WORK/sysctl"
 # kubelet_config ROOT EXTRA_YAML: ROOT/config.yaml (ports from PORT_1, PORT_2).
 kubelet_config() {
   cat > "$1/config.yaml" <<YAML
@@ -131,13 +124,10 @@ start_kubelet() {
 _launch_kubelet() {
   kubelet_config "$_K_ROOT" "$_K_EXTRA"
   # shellcheck disable=SC2016
-  unshare --mount --propagation slave -- bash -c '
-    set -e; s=$1; shift
-    for f in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
-      mount --bind "$s/$f" "/proc/sys/$f"
-    done
-    mount -t tmpfs tmpfs /var/log
-    exec "$@"' kubelet "$WORK/sysctl" \
+  unshare --mount --propagation slave -- bash -c "set -e
+$(kube_sysctl_binds "$WORK/sysctl")
+mount -t tmpfs tmpfs /var/log
+exec \"\$@\"" kubelet \
     "$KBIN/kubelet" --config "$_K_ROOT/config.yaml" --root-dir "$_K_ROOT" --hostname-override "$NODE" \
       --v 2 "${_K_FLAGS[@]}" >>"$_K_ROOT/log" 2>&1 &
   KUBELET_PID=$!; PIDS+=($!); LAUNCHED+=($!)
@@ -248,44 +238,8 @@ wait_for 60 no_pods_running && pass "kubelet stopped every pod once their manife
 stop_kubelet
 
 log "2. kubelet with an API server (kube-apiserver $K8S_VERSION, etcd $(etcd --version 2>/dev/null | awk '/^etcd Version/ {print $3}'))"
-_launch_etcd() {
-  etcd --name pg --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$PORT_1" --advertise-client-urls "http://127.0.0.1:$PORT_1" \
-    --listen-peer-urls "http://127.0.0.1:$PORT_2" --initial-advertise-peer-urls "http://127.0.0.1:$PORT_2" \
-    --initial-cluster "pg=http://127.0.0.1:$PORT_2" >>"$WORK/etcd.log" 2>&1 &
-  PIDS+=($!); LAUNCHED+=($!)
-  wait_serving 30 curl -sf "http://127.0.0.1:$PORT_1/health"
-}
-launch_on_free_ports 2 _launch_etcd || { fail "etcd did not start: $(tail -5 "$WORK/etcd.log")"; summary "e2e kubelet (containerd $V)"; exit 1; }
-ETCD=http://127.0.0.1:$PORT_1
-KTOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-mkdir -p "$WORK/apiserver"
-echo "$KTOKEN,admin,admin,system:masters" > "$WORK/apiserver/tokens.csv"
-openssl genrsa -out "$WORK/apiserver/sa.key" 2048 2>/dev/null
-# Token authentication, every request allowed; no ServiceAccount admission (no controller
-# manager makes the default service accounts); the loopback address advertised, so no endpoint
-# reconciler (it refuses loopback addresses).
-_launch_apiserver() {
-  "$KBIN/kube-apiserver" --etcd-servers "$ETCD" --bind-address 127.0.0.1 --secure-port "$PORT_1" --advertise-address 127.0.0.1 \
-    --endpoint-reconciler-type none --cert-dir "$WORK/apiserver/certs" --token-auth-file "$WORK/apiserver/tokens.csv" \
-    --authorization-mode AlwaysAllow --disable-admission-plugins ServiceAccount \
-    --service-account-key-file "$WORK/apiserver/sa.key" --service-account-signing-key-file "$WORK/apiserver/sa.key" \
-    --service-account-issuer https://kubernetes.default.svc >>"$WORK/apiserver/log" 2>&1 &
-  PIDS+=($!); LAUNCHED+=($!)
-  wait_serving 120 curl -skf -H "Authorization: Bearer $KTOKEN" "https://127.0.0.1:$PORT_1/readyz"
-}
-launch_on_free_ports 1 _launch_apiserver || { fail "kube-apiserver did not start: $(grep -E '^[EF]' "$WORK/apiserver/log" | tail -5)"; summary "e2e kubelet (containerd $V)"; exit 1; }
-API=https://127.0.0.1:$PORT_1
+start_control_plane || { fail "the control plane did not start"; summary "e2e kubelet (containerd $V)"; exit 1; }
 pass "kube-apiserver $K8S_VERSION serves (readyz) on etcd"
-# kapi METHOD PATH [JSON]: the API server's answer (JSON); fails on an HTTP error.
-kapi() { curl -skf -X "$1" -H "Authorization: Bearer $KTOKEN" -H 'Content-Type: application/json' ${3:+--data-binary "$3"} "$API$2"; }
-cat > "$WORK/kubeconfig" <<YAML
-apiVersion: v1
-kind: Config
-clusters: [{name: pg, cluster: {server: "$API", insecure-skip-tls-verify: true}}]
-users: [{name: kubelet, user: {token: "$KTOKEN"}}]
-contexts: [{name: pg, context: {cluster: pg, user: kubelet}}]
-current-context: pg
-YAML
 # The operator puts the second private image on the node (kubelet did not pull it: to kubelet it
 # is present, "preloaded").
 PGMARK=$(wc -l < "$PG/log")   # (what pullgate logs from here on is part 2's)
@@ -297,11 +251,10 @@ start_kubelet "$WORK/kubelet2" $'featureGates:\n  KubeletEnsureSecretPulledImage
 wait_for 60 kapi GET "/api/v1/nodes/$NODE" && pass "kubelet registered node $NODE" || fail "node $NODE never registered: $(tail -5 "$WORK/kubelet2/log")"
 node_runtime() { kapi GET "/api/v1/nodes/$NODE" | jq -r .status.nodeInfo.containerRuntimeVersion; }
 check_out "the node's runtime is containerd, reached through pullgate's front ($(node_runtime))" "containerd://" node_runtime
-dockercfg() { printf '{"auths": {"%s": {"auth": "%s"}}}' "$REG_t" "$(printf '%s' "$1" | base64 -w0)" | base64 -w0; }
 for ns in team-a team-b; do
   kapi POST /api/v1/namespaces "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"$ns\"}}" >/dev/null || fail "create namespace $ns"
 done
-kapi POST /api/v1/namespaces/team-a/secrets "{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"regcred\"},\"type\":\"kubernetes.io/dockerconfigjson\",\"data\":{\".dockerconfigjson\":\"$(dockercfg "alice:$PW_ALICE")\"}}" >/dev/null \
+kapi POST /api/v1/namespaces/team-a/secrets "{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"regcred\"},\"type\":\"kubernetes.io/dockerconfigjson\",\"data\":{\".dockerconfigjson\":\"$(dockercfg "$REG_t" "alice:$PW_ALICE")\"}}" >/dev/null \
   || fail "create team-a's pull secret"
 # api_pod NS NAME IMAGE POLICY [SECRET]: a host-network pod bound to this node (spec.nodeName).
 api_pod() {
@@ -341,7 +294,7 @@ no_pull_records() {
 check "kubelet's own KEP-2535 was off: no pull records under its root" no_pull_records
 
 log "2b. team-b with its own secret: runs after one manifest round-trip"
-kapi POST /api/v1/namespaces/team-b/secrets "{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"regcred\"},\"type\":\"kubernetes.io/dockerconfigjson\",\"data\":{\".dockerconfigjson\":\"$(dockercfg "carol:$PW_CAROL")\"}}" >/dev/null \
+kapi POST /api/v1/namespaces/team-b/secrets "{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"regcred\"},\"type\":\"kubernetes.io/dockerconfigjson\",\"data\":{\".dockerconfigjson\":\"$(dockercfg "$REG_t" "carol:$PW_CAROL")\"}}" >/dev/null \
   || fail "create team-b's pull secret"
 mark=$(wc -l < "$WORK/registry-t/log")
 check "team-b's second pod (imagePullSecrets: regcred, Always) created" api_pod team-b app2 "$PRIV2" Always regcred
