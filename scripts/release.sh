@@ -2,7 +2,8 @@
 # Builds pullgate's release files into target/release-files/ (or $PULLGATE_RELEASE_DIR):
 #   pullgate-VERSION-linux-ARCH.tar.gz  both binaries, the systemd unit, the containerd fragments
 #                                       and fragment.sh, the kubelet and crictl files (under
-#                                       plugin/, as in the repository), config.toml.example,
+#                                       plugin/, as in the repository, with the DaemonSet installer
+#                                       in plugin/daemonset/), config.toml.example,
 #                                       README.md and LICENSE
 #   pullgate_VERSION-1_DEBARCH.deb      the Debian package (cargo-deb; [package.metadata.deb])
 #   SHA256SUMS                          of both
@@ -53,12 +54,14 @@ mkdir -p "$OUT"
 rm -f "$OUT"/pullgate-*.tar.gz "$OUT"/pullgate_*.deb "$OUT/SHA256SUMS"   # (earlier release files only)
 stage=$(mktemp -d "$OUT/.stage.XXXXXX")
 d=$stage/$name
-install -d -m 0755 "$d" "$d/plugin"
+install -d -m 0755 "$d" "$d/plugin" "$d/plugin/daemonset"
 install -m 0755 "$target_dir/release/pullgate" "$target_dir/release/pullgated" "$d/"
 install -m 0644 config.toml.example README.md LICENSE "$d/"
 install -m 0644 plugin/pullgate.service plugin/containerd-1.x.toml plugin/containerd-2.x.toml \
   plugin/kubelet-config.yaml plugin/crictl.yaml "$d/plugin/"
 install -m 0755 plugin/fragment.sh "$d/plugin/"
+install -m 0644 plugin/daemonset/pullgate-installer.yaml "$d/plugin/daemonset/"
+install -m 0755 plugin/daemonset/install.sh "$d/plugin/daemonset/"
 tar --sort=name --format=posix --owner=0 --group=0 --numeric-owner --mode='go-w,a+rX' \
     --mtime="@$SOURCE_DATE_EPOCH" --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
     -C "$stage" -cf - "$name" | gzip -9 -n > "$OUT/$name.tar.gz"

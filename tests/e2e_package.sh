@@ -39,7 +39,7 @@ TARBALL_INSTALLED=
 # Packaging inputs whose mtimes the second release run changes (restored at exit): none of them
 # is a source of the release build (changing a source's mtime would rebuild pullgate).
 MTIME_INPUTS=(README.md LICENSE CHANGELOG.md config.toml.example plugin/pullgate.service plugin/kubelet-config.yaml
-              plugin/crictl.yaml plugin/fragment.sh)
+              plugin/crictl.yaml plugin/fragment.sh plugin/daemonset/pullgate-installer.yaml plugin/daemonset/install.sh)
 declare -A MTIMES=()
 package_cleanup() {
   local f
@@ -116,7 +116,8 @@ check "every .deb entry's time is the last commit's" \
 
 log "the tarball's contents"
 want_tar=$(printf "$name/%s\n" "" LICENSE README.md config.toml.example plugin/ plugin/containerd-1.x.toml plugin/containerd-2.x.toml \
-  plugin/crictl.yaml plugin/fragment.sh plugin/kubelet-config.yaml plugin/pullgate.service pullgate pullgated | LC_ALL=C sort)
+  plugin/crictl.yaml plugin/daemonset/ plugin/daemonset/install.sh plugin/daemonset/pullgate-installer.yaml \
+  plugin/fragment.sh plugin/kubelet-config.yaml plugin/pullgate.service pullgate pullgated | LC_ALL=C sort)
 got_tar=$(tar -tzf "$tarball" | LC_ALL=C sort)
 check "the tarball holds exactly the required files" diff <(echo "$want_tar") <(echo "$got_tar")
 # Owners and modes: root (0/0); executables and directories 0755, everything else 0644.
@@ -124,14 +125,14 @@ tar_modes() {
   tar --numeric-owner -tvzf "$tarball" | awk '{
     n = $6; want = "-rw-r--r--"
     if (n ~ /\/$/) want = "drwxr-xr-x"
-    else if (n ~ /\/(pullgate|pullgated|plugin\/fragment\.sh)$/) want = "-rwxr-xr-x"
+    else if (n ~ /\/(pullgate|pullgated|plugin\/fragment\.sh|plugin\/daemonset\/install\.sh)$/) want = "-rwxr-xr-x"
     if ($1 != want || $2 != "0/0") { print "wrong: " $0; bad = 1 }
   } END { exit bad }'
 }
 check "tarball entries are owned by 0/0 with modes 0755 (directories, executables) and 0644" tar_modes
 X=$WORK/tarball; mkdir -p "$X" && tar -xzf "$tarball" -C "$X"
 for f in LICENSE README.md config.toml.example plugin/containerd-1.x.toml plugin/containerd-2.x.toml plugin/crictl.yaml \
-         plugin/fragment.sh plugin/kubelet-config.yaml plugin/pullgate.service; do
+         plugin/fragment.sh plugin/kubelet-config.yaml plugin/pullgate.service plugin/daemonset/install.sh plugin/daemonset/pullgate-installer.yaml; do
   check "tarball's $f is the repository's" same "$X/$name/$f" "$f"
 done
 check "tarball's binaries are the release build's" bash -c "cmp '$X/$name/pullgate' '$target_dir/release/pullgate' && cmp '$X/$name/pullgated' '$target_dir/release/pullgated'"

@@ -1,0 +1,101 @@
+#!/bin/sh
+# pullgate's node installer: what the pod of plugin/daemonset/pullgate-installer.yaml runs on each
+# node (privileged, the node's directories mounted at their own paths). In order:
+#   1. places the release's binaries (PULLGATE_BIN_DIR), systemd unit (PULLGATE_UNIT_DIR) and
+#      pullgate's config (the ConfigMap's config.toml, else config.toml.example when the node
+#      has none) on the node, each replaced by a rename only when it differs;
+#   2. removes the node-bootstrap link at pullgate's CRI socket (docs/kubernetes.md: kubelet's
+#      endpoint is pullgate's socket from the node's first boot; until pullgate runs, that path
+#      is a symbolic link to containerd's socket);
+#   3. merges pullgate's settings into containerd's config (`pullgate containerd-config`, which
+#      runs the node's containerd on the merged file and refuses, writing nothing, unless
+#      containerd reads pullgate as its only snapshotter);
+#   4. when anything changed or pullgate does not answer, runs PULLGATE_RESTART_COMMAND (on a
+#      systemd node: start pullgate, restart containerd) and waits for pullgate's sockets;
+#   5. checks the node (`pullgate doctor`): a problem ends the pod in error, which the DaemonSet
+#      retries (every step above is idempotent);
+#   6. marks itself installed (the pod's readiness probe: install.sh --check) and sleeps.
+# Usage: install.sh            install, then sleep
+#        install.sh --check    exit 0 when this pod installed the node (readiness probe)
+set -eu
+SRC=${PULLGATE_SRC:-/opt/pullgate}
+BIN_DIR=${PULLGATE_BIN_DIR:-/usr/local/bin}
+UNIT_DIR=${PULLGATE_UNIT_DIR:-/etc/systemd/system}
+CONFIG=${PULLGATE_CONFIG:-/etc/pullgate/config.toml}
+CONFIG_SOURCE=${PULLGATE_CONFIG_SOURCE:-/config/config.toml}
+CRI_SOCKET=${PULLGATE_CRI_SOCKET:-/run/pullgate/cri.sock}
+API_SOCKET=${PULLGATE_API_SOCKET:-/run/pullgate/api.sock}
+CONTAINERD_CONFIG=${CONTAINERD_CONFIG:-/etc/containerd/config.toml}
+CONTAINERD_BIN=${CONTAINERD_BIN:-/usr/bin/containerd}
+CONTENT_SHARING=${PULLGATE_CONTENT_SHARING:-}
+WAIT=${PULLGATE_RESTART_WAIT:-120}
+STAMP=/tmp/pullgate-installed
+
+say() { echo "pullgate-installer${NODE_NAME:+ on $NODE_NAME}: $*"; }
+die() { say "error: $*" >&2; exit 1; }
+
+[ "${1:-}" = --check ] && exec test -e "$STAMP"
+[ -n "${PULLGATE_RESTART_COMMAND:-}" ] || die "PULLGATE_RESTART_COMMAND is not set (what starts pullgate and restarts containerd on this node)"
+changed=
+
+# place SRC DEST MODE: DEST becomes SRC's bytes (a rename of a copy beside it), unless it has them.
+place() {
+  if [ -f "$2" ] && cmp -s "$1" "$2"; then return 0; fi
+  mkdir -p "$(dirname "$2")"
+  cp "$1" "$2.pullgate-new" && chmod "$3" "$2.pullgate-new" && mv -f "$2.pullgate-new" "$2" || die "cannot place $2"
+  say "placed $2"
+  changed=1
+}
+
+# 1. files
+place "$SRC/pullgate" "$BIN_DIR/pullgate" 0755
+place "$SRC/pullgated" "$BIN_DIR/pullgated" 0755
+sed "s#^ExecStart=/usr/local/bin/pullgate #ExecStart=$BIN_DIR/pullgate #" "$SRC/plugin/pullgate.service" > /tmp/pullgate.service
+place /tmp/pullgate.service "$UNIT_DIR/pullgate.service" 0644
+if [ -f "$CONFIG_SOURCE" ]; then
+  place "$CONFIG_SOURCE" "$CONFIG" 0644
+elif [ ! -f "$CONFIG" ]; then
+  place "$SRC/config.toml.example" "$CONFIG" 0644
+fi
+
+# 2. the node-bootstrap link (only a link: a socket or a file there is pullgate's or the operator's)
+if [ -L "$CRI_SOCKET" ]; then
+  say "removing the bootstrap link $CRI_SOCKET -> $(readlink "$CRI_SOCKET")"
+  rm -f "$CRI_SOCKET"
+  changed=1
+fi
+
+# 3. containerd's config
+case $("$CONTAINERD_BIN" --version | awk '{print $3}') in
+  v1.*|1.*) flavour=1.x ;;
+  v2.*|2.*) flavour=2.x ;;
+  *) die "cannot tell containerd's version from '$("$CONTAINERD_BIN" --version)'" ;;
+esac
+merge=$("$BIN_DIR/pullgate" containerd-config --file "$CONTAINERD_CONFIG" --config "$CONFIG" --containerd "$flavour" \
+  --containerd-bin "$CONTAINERD_BIN" ${CONTENT_SHARING:+--content-sharing "$CONTENT_SHARING"} 2>&1) \
+  || die "pullgate containerd-config refused to merge into $CONTAINERD_CONFIG: $merge"
+echo "$merge"
+case $merge in
+  *"already has pullgate's settings"*) ;;
+  *) changed=1 ;;
+esac
+
+# 4. restart, when something changed or pullgate does not answer
+if [ -n "$changed" ] || ! "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-installer-probe >/dev/null 2>&1; then
+  say "restarting: $PULLGATE_RESTART_COMMAND"
+  sh -c "$PULLGATE_RESTART_COMMAND" || die "the restart command failed"
+  i=0
+  until [ -S "$API_SOCKET" ] && [ -S "$CRI_SOCKET" ] && "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-installer-probe >/dev/null 2>&1; do
+    i=$((i + 1)); [ "$i" -le "$WAIT" ] || die "pullgate did not answer at $API_SOCKET within $WAIT s of the restart"
+    sleep 1
+  done
+fi
+
+# 5. the node as pullgate's doctor sees it
+"$BIN_DIR/pullgate" doctor --config "$CONFIG" --containerd-config "$CONTAINERD_CONFIG" || die "pullgate doctor found a problem (above)"
+
+# 6. installed
+: > "$STAMP"
+say "installed $("$BIN_DIR/pullgate" --version)"
+trap 'exit 0' TERM INT
+while :; do sleep 3600 & wait $!; done

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# End-to-end: a Kubernetes cluster of two nodes on this machine, each gated by its own pullgate,
+# pullgate installed on both by its DaemonSet (plugin/daemonset/), with Kubernetes' own
+# components v1.37.2 (scripts/setup.sh builds them): etcd (Debian's), kube-apiserver,
+# kube-scheduler, kube-controller-manager, kubectl, and per node a kubelet with containerd VERSION
+# and its CRI plugin.
+# Each node is a mount namespace of its own (node_up) in which the paths a node keeps its state
+# at are the node's own directories under $WORK/NODE: /etc/containerd, /etc/pullgate,
+# /etc/systemd/system, /usr/local/bin, /run and /var/lib (a tmpfs on /var/log); containerd,
+# kubelet and later pullgate run there with their default paths, so the DaemonSet's hostPath
+# volumes reach each node's own. Host-network pods (no CNI); both nodes share the machine's
+# network (kubelet on ports of their own) and cgroups (cgroupfs, each pod its own); a CNI
+# configuration no pod uses makes the nodes Ready.
+#   0. The nodes as they boot: containerd alone (overlayfs), kubelet's endpoint pullgate's CRI
+#      socket (plugin/kubelet-config.yaml), there a link to containerd's socket until pullgate
+#      runs (docs/kubernetes.md). Kubelet's own KEP-2535 off on node a, on on node b.
+#      Registry load without pullgate: a private image (base/app) on node b, measured per event
+#      from the registry's and token server's logs (tests/regload.py): the first pull on the
+#      node, a second tenant with its own secret (IfNotPresent: kubelet's KEP-2535 pulls again),
+#      a second pod of the same tenant, and imagePullPolicy: Always (what AlwaysPullImages sets
+#      on every pod).
+#   1. The DaemonSet installer: its image built from this tree's release files
+#      (scripts/release.sh) by tests/mkimage.py and pushed to the run's public registry; the
+#      DaemonSet, as plugin/daemonset/pullgate-installer.yaml but for the image, the node's
+#      containerd binary and the restart command, scheduled by the controller on each node; its
+#      restart command asks the test to do what the node's init system would (start pullgate from
+#      the unit the installer placed, restart containerd).
+#   2. Scenarios under pullgate (private/app): a Deployment with an imagePullSecret spread over
+#      both nodes, then scaled; another namespace without the secret refused on both nodes; a
+#      node drained; the secret's credential revoked and the secret updated; per-node grants and
+#      registry load per event, as in 0.
+# Usage: tests/e2e_cluster.sh VERSION
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/cri_lib.sh"
+source "$(dirname "$0")/kube_lib.sh"
+V=${1:?usage: e2e_cluster.sh 1.7|2.1}
+CRICTL_BIN=${CRICTL_BIN:-$DEPS/cri-tools-${CRI_TOOLS_VERSION:-v1.37.0}/crictl}
+PW_ALICE=alice-Cluster-3h8q
+PW_ALICE2=alice-Cluster-rotated-5n2c
+PW_BOB=bob-Cluster-7m4x
+PW_ADMIN=admin-Cluster-2k9w
+APPMSG="private app on the cluster"
+BASEMSG="private app without pullgate"
+REFUSED='pullgate refused pod'
+NODES=(a b)
+CREATED_DIRS=()
+declare -A HOLDER=()
+
+cluster_cleanup() {
+  local n p h
+  set +e
+  for n in "${NODES[@]}"; do
+    [ -f "$WORK/$n/kubelet.pid" ] && kill "$(cat "$WORK/$n/kubelet.pid")" 2>/dev/null
+  done
+  sleep 1
+  for n in "${NODES[@]}"; do
+    [ -S "$WORK/$n/run/containerd/containerd.sock" ] && timeout 60 "$CRICTL_BIN" --runtime-endpoint "unix://$WORK/$n/run/containerd/containerd.sock" rmp -a -f >/dev/null 2>&1
+  done
+  # Every process of a node's mount namespace (containerd, pullgate, kubelet, shims) and the
+  # containers its shims started.
+  for n in "${NODES[@]}"; do
+    h=${HOLDER[$n]:-}; [ -n "$h" ] || continue
+    local ns; ns=$(readlink "/proc/$h/ns/mnt") || continue
+    for p in /proc/[0-9]*; do
+      [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$ns" ] || continue
+      [ "$(cat "$p/comm" 2>/dev/null)" = containerd-shim ] && pkill -9 -P "${p#/proc/}"
+      kill -9 "${p#/proc/}" 2>/dev/null
+    done
+  done
+  cleanup
+  for p in "${CREATED_DIRS[@]}"; do rmdir "$p" 2>/dev/null; done
+}
+trap cluster_cleanup EXIT
+
+log "containerd $V, Kubernetes $K8S_VERSION, two nodes: setup"
+for b in kubelet kube-apiserver kube-scheduler kube-controller-manager kubectl; do
+  [ -x "$KBIN/$b" ] || { fail "$KBIN/$b is not built (scripts/setup.sh builds it)"; summary "e2e cluster (containerd $V)"; exit 1; }
+done
+check_out "kubectl is $K8S_VERSION" "Client Version: $K8S_VERSION" "$KBIN/kubectl" version --client
+BINDIR=$(containerd_bindir "$V") || exit 1
+mk() { python3 "$REPO/tests/mkimage.py" "$@" >/dev/null; }
+mk "$WORK/pause" --tag v1 --message "pause" --cmd "sleep 100000"
+mk "$WORK/app" --tag v1 --message "$APPMSG" --extra-layers 2 --layer-mb 1 --seed 81 --cmd "cat /msg; sleep 100000"
+mk "$WORK/base" --tag v1 --message "$BASEMSG" --extra-layers 2 --layer-mb 1 --seed 82 --cmd "cat /msg; sleep 100000"
+start_registry pub || exit 1
+cat > "$WORK/acl.json" <<JSON
+{"users": {"alice": "$PW_ALICE", "bob": "$PW_BOB", "admin": "$PW_ADMIN"},
+ "access": {"alice": ["private/*", "base/*"], "bob": ["base/*"], "admin": ["*"]}, "push": ["admin"]}
+JSON
+# The private images' registry serves TLS: one manifest round-trip is what pullgate promises at
+# an endpoint it verified.
+use_tls_registries || exit 1
+start_token_registry t "$WORK/acl.json" || exit 1
+PAUSE=$REG_pub/k8s/pause:v1
+APP=$REG_t/private/app:v1
+BASE=$REG_t/base/app:v1
+push_image "$WORK/pause" v1 "$PAUSE" || fail "push the sandbox image"
+push_image "$WORK/app" v1 "$APP" "admin:$PW_ADMIN" || fail "push the private image"
+push_image "$WORK/base" v1 "$BASE" "admin:$PW_ADMIN" || fail "push the baseline's private image"
+HOSTS=$WORK/hosts
+for r in "$REG_pub" "$REG_t"; do write_hosts_toml "$HOSTS" "$r"; done
+
+# ---- the control plane ----
+start_control_plane || { fail "the control plane did not start"; summary "e2e cluster (containerd $V)"; exit 1; }
+pass "kube-apiserver $K8S_VERSION serves (readyz) on etcd"
+kc() { "$KBIN/kubectl" --kubeconfig "$WORK/kubeconfig" "$@"; }
+_launch_controllers() {
+  "$KBIN/kube-scheduler" --kubeconfig "$WORK/kubeconfig" --authentication-kubeconfig "$WORK/kubeconfig" \
+    --authorization-kubeconfig "$WORK/kubeconfig" --leader-elect=false --bind-address 127.0.0.1 --secure-port "$PORT_1" \
+    >>"$WORK/scheduler.log" 2>&1 &
+  PIDS+=($!); LAUNCHED+=($!)
+  "$KBIN/kube-controller-manager" --kubeconfig "$WORK/kubeconfig" --authentication-kubeconfig "$WORK/kubeconfig" \
+    --authorization-kubeconfig "$WORK/kubeconfig" --leader-elect=false --bind-address 127.0.0.1 --secure-port "$PORT_2" \
+    --service-account-private-key-file "$WORK/apiserver/sa.key" --use-service-account-credentials=false \
+    >>"$WORK/controller-manager.log" 2>&1 &
+  PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 60 curl -skf "https://127.0.0.1:$PORT_1/healthz" && wait_serving 60 curl -skf "https://127.0.0.1:$PORT_2/healthz"
+}
+launch_on_free_ports 2 _launch_controllers \
+  && pass "kube-scheduler and kube-controller-manager $K8S_VERSION serve (healthz)" \
+  || { fail "kube-scheduler or kube-controller-manager did not start: $(tail -3 "$WORK/scheduler.log" "$WORK/controller-manager.log")"; summary "e2e cluster (containerd $V)"; exit 1; }
+
+# ---- the nodes ----
+kube_sysctl_files "$WORK/sysctl"
+# mountpoint DIR: DIR exists on the machine (created, and removed at exit, when it did not).
+mountpoint_dir() { [ -d "$1" ] || { mkdir -p "$1" && CREATED_DIRS+=("$1"); }; }
+for d in /etc/containerd /etc/pullgate /etc/systemd/system /usr/local/bin; do mountpoint_dir "$d"; done
+# in_node NODE CMD...: CMD in the node's mount namespace.
+in_node() { local n=$1; shift; nsenter -t "${HOLDER[$n]}" -m -- "$@"; }
+# node_containerd NODE: (re)starts the node's containerd (its default config path and sockets).
+node_containerd() {
+  local n=$1 N=$WORK/$1 p
+  if [ -f "$N/containerd.pid" ]; then
+    p=$(cat "$N/containerd.pid"); kill "$p" 2>/dev/null; wait_for 30 not kill -0 "$p"; kill -9 "$p" 2>/dev/null
+  fi
+  in_node "$n" env PATH="$BINDIR:$PATH" "$BINDIR/containerd" >>"$N/containerd.log" 2>&1 &
+  echo $! > "$N/containerd.pid"; PIDS+=($!)
+  wait_for 60 "$CRI_BIN" --socket "$N/run/containerd/containerd.sock" --timeout 5 Version \
+    || { echo "node $n: containerd's CRI does not answer:"; tail -20 "$N/containerd.log"; return 1; }
+}
+# node_up NODE KEP2535(true|false): the node's namespace, containerd alone and kubelet,
+# registered as node pg-NODE.
+node_up() {
+  local n=$1 kep=$2 N=$WORK/$1
+  mkdir -p "$N"/{etc-containerd,etc-pullgate,units,bin,run,varlib}
+  # containerd alone, as containerd_cri_config writes its CRI settings, at containerd's default
+  # root, state and socket.
+  ( WORK=$N
+    fragment() { printf 'version = %s\n' "$([ "$1" = 1.x ] && echo 2 || echo 3)"; }
+    containerd_cri_config "$V" "" "$PAUSE" "$HOSTS" ) || return 1
+  sed '/^\[grpc\]$/,/^  address = /d' "$N/containerd/config.toml" > "$N/etc-containerd/config.toml"
+  # A network configuration, so that CRI reports the pod network ready and kubelet the node Ready
+  # (the scheduler places pods on Ready nodes only). Only host-network pods run: CNI is never
+  # called, and its plugin binaries are not needed.
+  echo '{"cniVersion": "1.0.0", "name": "pg-host-only", "plugins": [{"type": "loopback"}]}' > "$N/cni/conf/10-pg.conflist"
+  # The node's bootstrap: kubelet's endpoint is pullgate's CRI socket, a link to containerd's
+  # until pullgate runs.
+  install -d -m 0700 "$N/run/pullgate"
+  ln -s /run/containerd/containerd.sock "$N/run/pullgate/cri.sock"
+  unshare --mount --propagation private -- bash -c "set -e
+mount --bind $N/etc-containerd /etc/containerd
+mount --bind $N/etc-pullgate /etc/pullgate
+mount --bind $N/units /etc/systemd/system
+mount --bind $N/bin /usr/local/bin
+mount --bind $N/run /run
+mount --bind $N/varlib /var/lib
+mount -t tmpfs tmpfs /var/log
+$(kube_sysctl_binds "$WORK/sysctl")
+touch $N/ns-ready
+exec sleep 1000000" >>"$N/ns.log" 2>&1 &
+  HOLDER[$n]=$!; PIDS+=($!)
+  wait_for 10 test -e "$N/ns-ready" || { echo "node $n: its mount namespace was not set up: $(cat "$N/ns.log")"; return 1; }
+  node_containerd "$n" || return 1
+  _NODE=$n _KEP=$kep
+  launch_on_free_ports 2 _launch_node_kubelet || { echo "node $n: kubelet did not start:"; tail -30 "$N/kubelet.log"; return 1; }
+}
+_launch_node_kubelet() {
+  local n=$_NODE N=$WORK/$_NODE
+  cat > "$N/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix:///run/pullgate/cri.sock
+imageServiceEndpoint: unix:///run/pullgate/cri.sock
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+makeIPTablesUtilChains: false
+address: 127.0.0.1
+port: $PORT_1
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $PORT_2
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+syncFrequency: 5s
+featureGates:
+  KubeletEnsureSecretPulledImages: $_KEP
+YAML
+  in_node "$n" "$KBIN/kubelet" --config "$N/kubelet.yaml" --kubeconfig "$WORK/kubeconfig" --hostname-override "pg-$n" \
+    --v 2 >>"$N/kubelet.log" 2>&1 &
+  echo $! > "$N/kubelet.pid"; PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 60 curl -sf "http://127.0.0.1:$PORT_2/healthz"
+}
+node_up a false || { fail "node a did not come up"; summary "e2e cluster (containerd $V)"; exit 1; }
+node_up b true || { fail "node b did not come up"; summary "e2e cluster (containerd $V)"; exit 1; }
+node_ready() { kc get node "pg-$1" -o json | jq -e '.status.conditions[] | select(.type == "Ready") | .status == "True"' >/dev/null; }
+for n in a b; do
+  wait_for 90 node_ready "$n" && pass "node pg-$n registered and Ready ($(kc get node "pg-$n" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}'))" \
+    || fail "node pg-$n not Ready: $(kc get node "pg-$n" -o json 2>&1 | jq -c '.status.conditions' 2>&1 | head -c 600)"
+done
+
+summary "e2e cluster (containerd $V)"
