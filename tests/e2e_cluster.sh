@@ -80,8 +80,12 @@ check_out "kubectl is $K8S_VERSION" "Client Version: $K8S_VERSION" "$KBIN/kubect
 BINDIR=$(containerd_bindir "$V") || exit 1
 mk() { python3 "$REPO/tests/mkimage.py" "$@" >/dev/null; }
 mk "$WORK/pause" --tag v1 --message "pause" --cmd "sleep 100000"
-mk "$WORK/app" --tag v1 --message "$APPMSG" --extra-layers 2 --layer-mb 1 --seed 81 --cmd "cat /msg; sleep 100000"
-mk "$WORK/base" --tag v1 --message "$BASEMSG" --extra-layers 2 --layer-mb 1 --seed 82 --cmd "cat /msg; sleep 100000"
+# (The two private images share no layer with each other or the sandbox image: what a first pull
+# costs is all of an image.)
+mk "$WORK/app" --tag v1 --message "$APPMSG" --extra-layers 2 --layer-mb 1 --seed 81 --cmd "cat /msg; sleep 100000" \
+  --base-note app --fixed-layers-note app
+mk "$WORK/base" --tag v1 --message "$BASEMSG" --extra-layers 2 --layer-mb 1 --seed 82 --cmd "cat /msg; sleep 100000" \
+  --base-note base --fixed-layers-note base
 start_registry pub || exit 1
 cat > "$WORK/acl.json" <<JSON
 {"users": {"alice": "$PW_ALICE", "bob": "$PW_BOB", "admin": "$PW_ADMIN"},
@@ -101,7 +105,8 @@ HOSTS=$WORK/hosts
 for r in "$REG_pub" "$REG_t"; do write_hosts_toml "$HOSTS" "$r"; done
 
 # ---- the control plane ----
-start_control_plane || { fail "the control plane did not start"; summary "e2e cluster (containerd $V)"; exit 1; }
+# (--allow-privileged: the installer's pods are privileged.)
+start_control_plane --allow-privileged=true || { fail "the control plane did not start"; summary "e2e cluster (containerd $V)"; exit 1; }
 pass "kube-apiserver $K8S_VERSION serves (readyz) on etcd"
 kc() { "$KBIN/kubectl" --kubeconfig "$WORK/kubeconfig" "$@"; }
 _launch_controllers() {
@@ -125,15 +130,16 @@ kube_sysctl_files "$WORK/sysctl"
 # mountpoint DIR: DIR exists on the machine (created, and removed at exit, when it did not).
 mountpoint_dir() { [ -d "$1" ] || { mkdir -p "$1" && CREATED_DIRS+=("$1"); }; }
 for d in /etc/containerd /etc/pullgate /etc/systemd/system /usr/local/bin; do mountpoint_dir "$d"; done
-# in_node NODE CMD...: CMD in the node's mount namespace.
-in_node() { local n=$1; shift; nsenter -t "${HOLDER[$n]}" -m -- "$@"; }
+# node_exec NODE CMD... &: CMD in the node's mount namespace, in the background: the subshell of
+# the `&` becomes CMD, so that $! is CMD's PID.
+node_exec() { local n=$1; shift; exec nsenter -t "${HOLDER[$n]}" -m -- "$@"; }
 # node_containerd NODE: (re)starts the node's containerd (its default config path and sockets).
 node_containerd() {
   local n=$1 N=$WORK/$1 p
   if [ -f "$N/containerd.pid" ]; then
     p=$(cat "$N/containerd.pid"); kill "$p" 2>/dev/null; wait_for 30 not kill -0 "$p"; kill -9 "$p" 2>/dev/null
   fi
-  in_node "$n" env PATH="$BINDIR:$PATH" "$BINDIR/containerd" >>"$N/containerd.log" 2>&1 &
+  node_exec "$n" env PATH="$BINDIR:$PATH" "$BINDIR/containerd" >>"$N/containerd.log" 2>&1 &
   echo $! > "$N/containerd.pid"; PIDS+=($!)
   wait_for 60 "$CRI_BIN" --socket "$N/run/containerd/containerd.sock" --timeout 5 Version \
     || { echo "node $n: containerd's CRI does not answer:"; tail -20 "$N/containerd.log"; return 1; }
@@ -200,7 +206,7 @@ syncFrequency: 5s
 featureGates:
   KubeletEnsureSecretPulledImages: $_KEP
 YAML
-  in_node "$n" "$KBIN/kubelet" --config "$N/kubelet.yaml" --kubeconfig "$WORK/kubeconfig" --hostname-override "pg-$n" \
+  node_exec "$n" "$KBIN/kubelet" --config "$N/kubelet.yaml" --kubeconfig "$WORK/kubeconfig" --hostname-override "pg-$n" \
     --v 2 >>"$N/kubelet.log" 2>&1 &
   echo $! > "$N/kubelet.pid"; PIDS+=($!); LAUNCHED+=($!)
   wait_serving 60 curl -sf "http://127.0.0.1:$PORT_2/healthz"
@@ -211,6 +217,162 @@ node_ready() { kc get node "pg-$1" -o json | jq -e '.status.conditions[] | selec
 for n in a b; do
   wait_for 90 node_ready "$n" && pass "node pg-$n registered and Ready ($(kc get node "pg-$n" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}'))" \
     || fail "node pg-$n not Ready: $(kc get node "pg-$n" -o json 2>&1 | jq -c '.status.conditions' 2>&1 | head -c 600)"
+done
+
+# ---- workloads ----
+# pod NS NAME IMAGE POLICY NODE [SECRET]: a host-network pod for node pg-NODE (its nodeSelector:
+# the scheduler places it), running the image's own command.
+pod() {
+  kc apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $2, namespace: $1}
+spec:
+  hostNetwork: true
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: pg-$5}
+  ${6:+imagePullSecrets: [{name: $6\}]}
+  containers:
+  - {name: app, image: "$3", imagePullPolicy: $4}
+YAML
+}
+namespace() { kc create namespace "$1" >/dev/null; }
+# secret NS USER:PASS: NS's pull secret regcred for the private registry (created or replaced).
+secret() {
+  kc -n "$1" create secret docker-registry regcred --docker-server "$REG_t" --docker-username "${2%%:*}" \
+    --docker-password "${2#*:}" --dry-run=client -o yaml | kc apply -f - >/dev/null
+}
+pod_running() { kc -n "$1" get pod "$2" -o json | jq -e '.status.containerStatuses[0].state.running' >/dev/null; }
+pod_node() { kc -n "$1" get pod "$2" -o jsonpath='{.spec.nodeName}'; }
+cstate() { kc -n "$1" get pod "$2" -o json | jq -c '.status.containerStatuses[0].state // empty'; }
+# pod_log NODE NS NAME [CONTAINER]: what the pod's container (app) printed, every run of it
+# (kubelet's /var/log/pods on the node: the API server cannot reach kubelet's loopback port).
+pod_log() { cat /proc/"${HOLDER[$1]}"/root/var/log/pods/"$2"_"$3"_*/"${4:-app}"/*.log 2>/dev/null; }
+# wait_running NS NAME [SECONDS]: passes or fails "NS/NAME runs".
+wait_running() {
+  if wait_for "${3:-90}" pod_running "$1" "$2"; then return 0; fi
+  echo "$1/$2 does not run: $(cstate "$1" "$2") $(kc -n "$1" get events --field-selector "involvedObject.name=$2" -o json | jq -r '.items[-3:][] | "\(.reason): \(.message)"' | head -c 600)"
+  return 1
+}
+# Registry load: REGMARK marks the private registry's and token server's logs; load_since REPO
+# prints what they served for REPO since (tests/regload.py: manifests, blobs, bytes, tokens).
+mark_registry() { REGMARK="$(wc -l < "$WORK/registry-t/log") $(wc -l < "$WORK/registry-t/token.log")"; }
+load_since() {
+  local r t; read -r r t <<<"$REGMARK"
+  python3 "$REPO/tests/regload.py" "$WORK/registry-t/log" "$r" "$WORK/registry-t/token.log" "$t" "$1"
+}
+# LOADS: one line per measured event: SETUP EVENT JSON.
+LOADS=$WORK/loads
+record_load() { echo "$1|$2|$3" >> "$LOADS"; echo "    registry load, $1, $2: $3"; }
+jget() { jq -r ".$2" <<<"$1"; }
+
+log "0. the nodes without pullgate: containerd alone, kubelet's KEP-2535 on node b"
+for ns in team-a team-b team-c; do namespace "$ns" || fail "create namespace $ns"; done
+secret team-a "alice:$PW_ALICE" || fail "team-a's secret"
+secret team-b "bob:$PW_BOB" || fail "team-b's secret"
+mark_registry
+pod team-a base1 "$BASE" IfNotPresent b regcred
+check "team-a's pod of $BASE runs on node b" wait_running team-a base1
+l=$(load_since base/app); record_load "containerd alone, kubelet KEP-2535" "first pull on a node" "$l"
+check "the registry served the image's blobs for the first pull ($(jget "$l" blobs) blob GETs)" test "$(jget "$l" blobs)" -ge 3
+mark_registry
+pod team-b base1 "$BASE" IfNotPresent b regcred
+check "team-b's pod (its own secret, IfNotPresent) runs on node b" wait_running team-b base1
+l=$(load_since base/app); record_load "containerd alone, kubelet KEP-2535" "another tenant, image on the node" "$l"
+check "kubelet's KEP-2535 pulled again for team-b: a manifest request, no blob" test "$(jget "$l" manifests)" -ge 1 -a "$(jget "$l" blobs)" = 0
+mark_registry
+pod team-a base2 "$BASE" IfNotPresent b regcred
+check "team-a's second pod runs on node b" wait_running team-a base2
+l=$(load_since base/app); record_load "containerd alone, kubelet KEP-2535" "same tenant, another pod" "$l"
+mark_registry
+pod team-a base3 "$BASE" Always b regcred
+check "team-a's pod with imagePullPolicy Always (what AlwaysPullImages sets) runs on node b" wait_running team-a base3
+l=$(load_since base/app); record_load "containerd alone, AlwaysPullImages" "every pod" "$l"
+check "Always pulled: a manifest request, no blob" test "$(jget "$l" manifests)" -ge 1 -a "$(jget "$l" blobs)" = 0
+# What pullgate is for: on node a (KEP-2535 off), a tenant without any secret runs a private
+# image another tenant's pod brought to the node.
+pod team-a base4 "$BASE" IfNotPresent a regcred
+check "team-a's pod of $BASE runs on node a" wait_running team-a base4
+pod team-c base1 "$BASE" IfNotPresent a
+check "without pullgate, team-c's pod (no secret, IfNotPresent) runs team-a's private image on node a (KEP-2535 off)" wait_running team-c base1
+wait_for 10 bash -c "$(declare -f pod_log); HOLDER=([a]=${HOLDER[a]}); pod_log a team-c base1 | grep -qF '$BASEMSG'"
+check "and prints its private message" grep -qF "$BASEMSG" <<<"$(pod_log a team-c base1)"
+kc delete pod -A --all --wait=false >/dev/null
+no_pods() { [ "$(kc get pods -A -o json | jq '.items | length')" = 0 ]; }
+wait_for 60 no_pods && pass "the baseline's pods are gone" || fail "pods left: $(kc get pods -A 2>&1)"
+
+log "1. pullgate installed by its DaemonSet"
+# The installer's image: the release tarball (scripts/release.sh, from this tree) unpacked at
+# /opt/pullgate, on busybox (tests/mkimage.py's base) with the C library its binaries and the
+# node's containerd link, as a distribution's base image would carry it.
+installer_image() {
+  local rel=$WORK/release args=() f
+  PULLGATE_RELEASE_DIR=$rel "$REPO/scripts/release.sh" >"$WORK/release.log" 2>&1 || { tail -20 "$WORK/release.log"; return 1; }
+  tar -xzf "$rel"/pullgate-*-linux-*.tar.gz -C "$rel" || return 1
+  REL=$(echo "$rel"/pullgate-*-linux-*/); REL=${REL%/}
+  while read -r f; do
+    args+=(--file "/opt/pullgate/$f=$REL/$f:$(stat -c %a "$REL/$f")")
+  done < <(cd "$REL" && find . -type f | sed 's#^\./##' | sort)
+  while read -r f; do
+    args+=(--file "$f=$(readlink -f "$f"):755")
+  done < <(ldd "$REL/pullgate" "$BINDIR/containerd" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*\.so/ {print $1}' | sort -u)
+  mk "$WORK/installer" --tag v1 --all-applets --message "pullgate installer" --cmd /opt/pullgate/plugin/daemonset/install.sh "${args[@]}"
+}
+installer_image && pass "the installer's image built from the release tarball ($(basename "$REL"))" || fail "build the installer's image"
+INSTALLER=$REG_pub/pullgate/installer:$("$REL/pullgate" --version | awk '{print $2}')
+push_image "$WORK/installer" v1 "$INSTALLER" || fail "push the installer's image"
+# What the node's init system does when the installer asks (its restart command, below): systemd
+# would start pullgate.service (the unit the installer placed: its ExecStart) and restart
+# containerd. Here a loop per node, in the node's namespace.
+node_init() {
+  local n=$1 N=$WORK/$1 cmd p
+  while sleep 0.5; do
+    [ -e "$N/run/pullgate/restart-request" ] || continue
+    if [ -f "$N/pullgate.pid" ]; then
+      p=$(cat "$N/pullgate.pid"); kill "$p" 2>/dev/null; wait_for 60 not kill -0 "$p"
+    fi
+    read -r -a cmd < <(sed -n 's/^ExecStart=//p' "$N/units/pullgate.service")
+    node_exec "$n" "${cmd[@]}" >>"$N/pullgate.log" 2>&1 &
+    echo $! > "$N/pullgate.pid"
+    wait_for 30 test -S "$N/run/pullgate/snapshotter.sock" && node_containerd "$n" >>"$N/init.log" 2>&1 \
+      && echo "started pullgate (${cmd[*]}) and restarted containerd" >>"$N/init.log"
+    rm -f "$N/run/pullgate/restart-request"
+  done
+}
+for n in "${NODES[@]}"; do node_init "$n" & PIDS+=($!); done
+RESTART='touch /run/pullgate/restart-request; while [ -e /run/pullgate/restart-request ]; do sleep 1; done'
+# The shipped DaemonSet, but for the image, the restart command and where the node's containerd
+# binary is; pullgate's config (the ConfigMap) with this run's registry trust and debug logs.
+sed -e "s#image: registry.example/pullgate-installer:.*#image: $INSTALLER#" \
+    -e "s#^          value: \"nsenter --target 1 .*#          value: '$RESTART'#" \
+    -e "s#{path: /usr/bin, type: Directory}#{path: $BINDIR, type: Directory}#" \
+    -e "s#^    containerd_address = \"/run/containerd/containerd.sock\"#&\n    log_level = \"debug\"\n\n    [registry]\n    hosts_dir = \"$HOSTS\"#" \
+    "$REPO/plugin/daemonset/pullgate-installer.yaml" > "$WORK/installer.yaml"
+check "the DaemonSet adapted: image, restart command, containerd's directory, registry trust (4 changes)" \
+  test "$(diff "$REPO/plugin/daemonset/pullgate-installer.yaml" "$WORK/installer.yaml" | grep -c '^>')" = 7
+sha_host_config=$(sha256sum /etc/containerd/config.toml 2>/dev/null)
+check "kubectl apply the installer" kc apply -f "$WORK/installer.yaml"
+ds_ready() { kc -n kube-system get ds pullgate-installer -o json | jq -e '.status.desiredNumberScheduled == 2 and .status.numberReady == 2' >/dev/null; }
+if wait_for 180 ds_ready; then pass "the DaemonSet's pods are Ready on both nodes (installed: install.sh --check)"
+else fail "the DaemonSet: $(kc -n kube-system get ds pullgate-installer -o json | jq -c .status) $(for n in "${NODES[@]}"; do pod_log "$n" kube-system 'pullgate-installer-*' install | tail -20; done | head -c 3000)"; fi
+for n in "${NODES[@]}"; do
+  N=$WORK/$n
+  inst=$(kc -n kube-system get pods -l app.kubernetes.io/name=pullgate-installer --field-selector "spec.nodeName=pg-$n" -o name)
+  check "one installer pod on node $n, placed there by the DaemonSet controller ($inst)" test "$(nlines "$inst")" = 1
+  check "node $n: the release's binaries in its /usr/local/bin" cmp "$N/bin/pullgate" "$REL/pullgate"
+  check "node $n: the unit in its /etc/systemd/system" cmp "$N/units/pullgate.service" "$REL/plugin/pullgate.service"
+  check "node $n: pullgate's config from the ConfigMap in its /etc/pullgate" grep -q "hosts_dir = \"$HOSTS\"" "$N/etc-pullgate/config.toml"
+  check "node $n: containerd's config merged (its backup kept beside it)" \
+    bash -c "grep -q '^\[proxy_plugins.pullgate\]' '$N/etc-containerd/config.toml' && test -f '$N/etc-containerd/config.toml.pullgate-backup'"
+  check "node $n: the bootstrap link replaced by pullgate's CRI socket" test -S "$N/run/pullgate/cri.sock" -a ! -L "$N/run/pullgate/cri.sock"
+  check_out "node $n: its init loop started pullgate and restarted containerd once" "started pullgate" cat "$N/init.log"
+  check_out "node $n: pullgate serves (its API lists namespace k8s.io's grants)" NAMESPACE "$PG_BIN" --address "$N/run/pullgate/api.sock" grants -n k8s.io
+  check_out "node $n: the installer's log shows the installation" "pullgate-installer on pg-$n: installed pullgate" pod_log "$n" kube-system "${inst#pod/}" install
+done
+check "the machine's own /etc/containerd/config.toml untouched" test "$(sha256sum /etc/containerd/config.toml 2>/dev/null)" = "$sha_host_config"
+for n in "${NODES[@]}"; do
+  wait_for 60 node_ready "$n" && pass "node pg-$n Ready again, its runtime now reached through pullgate's front" || fail "node pg-$n not Ready after the installation"
 done
 
 summary "e2e cluster (containerd $V)"
