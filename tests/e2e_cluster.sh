@@ -38,6 +38,7 @@ CRICTL_BIN=${CRICTL_BIN:-$DEPS/cri-tools-${CRI_TOOLS_VERSION:-v1.37.0}/crictl}
 PW_ALICE=alice-Cluster-3h8q
 PW_ALICE2=alice-Cluster-rotated-5n2c
 PW_BOB=bob-Cluster-7m4x
+PW_CAROL=carol-Cluster-6t1v
 PW_ADMIN=admin-Cluster-2k9w
 APPMSG="private app on the cluster"
 BASEMSG="private app without pullgate"
@@ -248,7 +249,11 @@ pod_node() { kc -n "$1" get pod "$2" -o jsonpath='{.spec.nodeName}'; }
 cstate() { kc -n "$1" get pod "$2" -o json | jq -c '.status.containerStatuses[0].state // empty'; }
 # pod_log NODE NS NAME [CONTAINER]: what the pod's container (app) printed, every run of it
 # (kubelet's /var/log/pods on the node: the API server cannot reach kubelet's loopback port).
-pod_log() { cat /proc/"${HOLDER[$1]}"/root/var/log/pods/"$2"_"$3"_*/"${4:-app}"/*.log 2>/dev/null; }
+# NS and NAME may be glob patterns.
+# shellcheck disable=SC2086
+pod_log() { cat /proc/"${HOLDER[$1]}"/root/var/log/pods/$2_$3_*/${4:-app}/*.log 2>/dev/null; }
+# printed NODE NS NAME TEXT: the pod's container printed TEXT.
+printed() { pod_log "$1" "$2" "$3" | grep -qF -- "$4"; }
 # wait_running NS NAME [SECONDS]: passes or fails "NS/NAME runs".
 wait_running() {
   if wait_for "${3:-90}" pod_running "$1" "$2"; then return 0; fi
@@ -296,8 +301,8 @@ pod team-a base4 "$BASE" IfNotPresent a regcred
 check "team-a's pod of $BASE runs on node a" wait_running team-a base4
 pod team-c base1 "$BASE" IfNotPresent a
 check "without pullgate, team-c's pod (no secret, IfNotPresent) runs team-a's private image on node a (KEP-2535 off)" wait_running team-c base1
-wait_for 10 bash -c "$(declare -f pod_log); HOLDER=([a]=${HOLDER[a]}); pod_log a team-c base1 | grep -qF '$BASEMSG'"
-check "and prints its private message" grep -qF "$BASEMSG" <<<"$(pod_log a team-c base1)"
+wait_for 10 printed a team-c base1 "$BASEMSG"
+check "and prints its private message" printed a team-c base1 "$BASEMSG"
 kc delete pod -A --all --wait=false >/dev/null
 no_pods() { [ "$(kc get pods -A -o json | jq '.items | length')" = 0 ]; }
 wait_for 60 no_pods && pass "the baseline's pods are gone" || fail "pods left: $(kc get pods -A 2>&1)"
@@ -374,5 +379,148 @@ check "the machine's own /etc/containerd/config.toml untouched" test "$(sha256su
 for n in "${NODES[@]}"; do
   wait_for 60 node_ready "$n" && pass "node pg-$n Ready again, its runtime now reached through pullgate's front" || fail "node pg-$n not Ready after the installation"
 done
+
+# ---- pullgate's scenarios ----
+pg_on() { local n=$1; shift; "$PG_BIN" --address "$WORK/$n/run/pullgate/api.sock" "$@"; }
+# grant_for NODE NS: node NODE's pullgate lists a grant of $APP's repository to principal NS.
+grant_for() { pg_on "$1" grants -n k8s.io | grep -F "${APP%:*}" | grep -qw -- "$2"; }
+# direct NODE ARGS...: crictl against the node's containerd itself (not through pullgate).
+direct() { "$CRICTL_BIN" --runtime-endpoint "unix://$WORK/$1/run/containerd/containerd.sock" "${@:2}"; }
+# containers_of NODE NS [POD]: how many containers (any state) the node's containerd has for pods
+# of NS (named POD).
+containers_of() {
+  local l; l=$(listing direct "$1" ps -a --label "io.kubernetes.pod.namespace=$2" ${3:+--label "io.kubernetes.pod.name=$3"} -q) || return 1
+  nlines "$l"
+}
+deployment() {
+  kc apply -f - >/dev/null <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app, namespace: team-a}
+spec:
+  replicas: $1
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      hostNetwork: true
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 1
+      imagePullSecrets: [{name: regcred}]
+      # One node's share at most one more than the other's; a cordoned node does not count.
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: Honor,
+         labelSelector: {matchLabels: {app: app}}}
+      containers:
+      - {name: app, image: "$APP", imagePullPolicy: Always}
+YAML
+}
+available() { kc -n team-a get deploy app -o json | jq -e --argjson n "$1" '.status.availableReplicas == $n and .status.replicas == $n' >/dev/null; }
+# app_pods_on NODE: how many of the Deployment's pods run on node NODE.
+app_pods_on() { kc -n team-a get pods -l app=app -o json | jq --arg n "pg-$1" '[.items[] | select(.spec.nodeName == $n and .status.phase == "Running" and .metadata.deletionTimestamp == null)] | length'; }
+pull_lines() { grep -c "CRI PullImage.*principal=$2" "$WORK/$1/pullgate.log"; }
+
+log "2. a Deployment of team-a's private image (imagePullSecrets, Always) over both nodes"
+mark_registry
+deployment 1 || fail "create team-a's Deployment"
+wait_for 90 available 1 && pass "team-a's Deployment has its first pod available" || fail "team-a's Deployment: $(kc -n team-a get pods -o wide 2>&1)"
+first=$(kc -n team-a get pods -l app=app -o jsonpath='{.items[0].spec.nodeName}'); first=${first#pg-}
+other=$([ "$first" = a ] && echo b || echo a)
+l=$(load_since private/app); record_load pullgate "first pull on a node" "$l"
+check "the scheduler placed it on a node (pg-$first); the registry served the whole image there ($(jget "$l" blobs) blob GETs)" test "$(jget "$l" blobs)" -ge 6
+check "node $first's pullgate granted team-a" grant_for "$first" team-a
+check "and node $other's has no grant yet" not grant_for "$other" team-a
+mark_registry
+deployment 2
+wait_for 90 available 2 && pass "scaled to 2: available" || fail "scaled to 2: $(kc -n team-a get pods -o wide 2>&1)"
+check "the second pod went to the other node (the spread constraint): one pod on each" test "$(app_pods_on a) $(app_pods_on b)" = "1 1"
+l=$(load_since private/app); record_load pullgate "first pull on a node" "$l"
+check "node $other pulled the whole image once ($(jget "$l" blobs) blob GETs)" test "$(jget "$l" blobs)" -ge 6
+check "node $other's pullgate granted team-a on its own" grant_for "$other" team-a
+mark_registry
+deployment 4
+wait_for 90 available 4 && pass "scaled to 4: available" || fail "scaled to 4: $(kc -n team-a get pods -o wide 2>&1)"
+check "two pods on each node" test "$(app_pods_on a) $(app_pods_on b)" = "2 2"
+l=$(load_since private/app); record_load pullgate "every pod (Always), image and grant on the node" "$l"
+check "the two new pods (one per node) cost the registry one manifest each ($(jget "$l" manifests_ok) answered) and no blob" \
+  test "$(jget "$l" manifests_ok) $(jget "$l" blobs)" = "2 0"
+for n in "${NODES[@]}"; do
+  wait_for 20 printed "$n" team-a 'app-*' "$APPMSG"
+  check "node $n: team-a's containers printed the image's message" printed "$n" team-a 'app-*' "$APPMSG"
+done
+
+log "2b. team-b, without the secret (IfNotPresent), on each node: refused"
+pod team-b nosecret-a "$APP" IfNotPresent a
+pod team-b nosecret-b "$APP" IfNotPresent b
+# refused NAME: the pod's container waits with pullgate's refusal in its status.
+refused() { cstate team-b "$1" | grep -qF 'pullgate'; }
+# says TEXT ERE FIXED: TEXT matches the ERE and contains FIXED.
+says() { grep -qE -- "$2" <<<"$1" && grep -qF -- "$3" <<<"$1"; }
+wait_for 90 refused nosecret-a; st=$(cstate team-b nosecret-a)
+check "node a (kubelet's KEP-2535 off: the image counts as present): CreateContainerError with pullgate's refusal ($(shown 300 "$st"))" \
+  says "$st" CreateContainerError "$REFUSED team-b/nosecret-a"
+wait_for 90 refused nosecret-b; st=$(cstate team-b nosecret-b)
+check "node b (KEP-2535 on: kubelet pulls with the pod's credentials, none): the pull refused, pullgate's message in the status ($(shown 300 "$st"))" \
+  says "$st" 'ErrImagePull|ImagePullBackOff' "pullgate: pull of $APP for principal \\\"team-b\\\""
+
+for n in "${NODES[@]}"; do
+  check "node $n: containerd has no container of team-b" is_zero containers_of "$n" team-b
+  check "node $n: nothing of the image in team-b's pod log" not grep -qF "$APPMSG" <<<"$(pod_log "$n" team-b "nosecret-$n")"
+  check "node $n: no grant for team-b" not grant_for "$n" team-b
+done
+kc -n team-b delete pod nosecret-a nosecret-b --wait=false >/dev/null
+
+log "2c. team-c, its own secret, IfNotPresent, on node b where the image is: one verification"
+token_acl t "acl['users']['carol'] = '$PW_CAROL'; acl['access']['carol'] = ['private/*']"
+secret team-c "carol:$PW_CAROL"
+mark_registry
+pod team-c own1 "$APP" IfNotPresent b regcred
+check "team-c's pod runs on node b" wait_running team-c own1
+l=$(load_since private/app); record_load pullgate "another tenant, image on the node" "$l"
+check "kubelet's KEP-2535 pulled with team-c's secret; pullgate verified at the origin without a download ($(jget "$l" manifests_ok) manifests answered, $(jget "$l" blobs) blobs)" \
+  test "$(jget "$l" manifests_ok) $(jget "$l" blobs)" = "1 0"
+check "node b granted team-c" grant_for b team-c
+mark_registry
+pod team-c own2 "$APP" IfNotPresent b regcred
+check "team-c's second pod runs on node b" wait_running team-c own2
+l=$(load_since private/app); record_load pullgate "same tenant, another pod" "$l"
+check "at no cost to the registry" test "$(jget "$l" requests)" = 0
+
+log "2d. node a drained: its pods come up on node b and verify there"
+pulls_before=$(pull_lines b team-a)
+mark_registry
+check "kubectl drain pg-a" kc drain pg-a --ignore-daemonsets --force --grace-period 1 --timeout 120s
+moved() { available 4 && [ "$(app_pods_on b)" = 4 ]; }
+wait_for 120 moved && pass "team-a's 4 pods run on node b" || fail "after the drain: $(kc -n team-a get pods -o wide 2>&1)"
+check "node b's pullgate saw a PullImage of team-a for each moved pod ($(( $(pull_lines b team-a) - pulls_before )))" test "$(( $(pull_lines b team-a) - pulls_before ))" -ge 2
+l=$(load_since private/app)
+check "the registry served the moved pods a manifest each and no blob ($(jget "$l" manifests_ok) manifests answered, $(jget "$l" blobs) blobs)" \
+  test "$(jget "$l" manifests_ok) $(jget "$l" blobs)" = "2 0"
+check "kubectl uncordon pg-a" kc uncordon pg-a
+
+log "2e. team-a's credential revoked at the registry: new pods fail on every node, running ones keep running"
+restarts() { kc -n team-a get pods -l app=app -o json | jq '[.items[].status.containerStatuses[0].restartCount] | add'; }
+token_acl t "acl['users']['alice'] = '$PW_ALICE2'"
+pod team-a rotated-a "$APP" Always a regcred
+pod team-a rotated-b "$APP" Always b regcred
+pull_refused() { cstate team-a "$1" | grep -qE 'ErrImagePull|ImagePullBackOff'; }
+for n in "${NODES[@]}"; do
+  wait_for 90 pull_refused "rotated-$n" && pass "node $n: the new pod's pull is refused ($(shown 200 "$(cstate team-a "rotated-$n")"))" \
+    || fail "node $n: the new pod with the revoked credential: $(cstate team-a "rotated-$n")"
+  check "node $n: and it has no container" is_zero containers_of "$n" team-a "rotated-$n"
+done
+check "the Deployment's 4 pods still run, never restarted" test "$(kc -n team-a get deploy app -o jsonpath='{.status.availableReplicas}') $(restarts)" = "4 0"
+secret team-a "alice:$PW_ALICE2"
+kc -n team-a delete pod rotated-a rotated-b --wait=true --timeout 60s >/dev/null
+pod team-a rotated-a "$APP" Always a regcred
+pod team-a rotated-b "$APP" Always b regcred
+for n in "${NODES[@]}"; do check "node $n: with the secret updated, a new pod runs" wait_running team-a "rotated-$n"; done
+
+log "2f. kubelet's own KEP-2535: on on node b, off on node a"
+records() { local l; l=$(listing ls "$WORK/$1/varlib/kubelet/image_manager/pulled" 2>/dev/null) || { echo 0; return; }; nlines "$l"; }
+check "node b's kubelet kept pull records ($(records b))" test "$(records b)" -gt 0
+check "node a's kubelet kept none" test "$(records a)" = 0
+check "no password of any secret in pullgate's, containerd's or kubelet's logs on either node" \
+  not grep -rqF -e "$PW_ALICE" -e "$PW_ALICE2" -e "$PW_BOB" -e "$PW_CAROL" "$WORK"/a/*.log "$WORK"/b/*.log
 
 summary "e2e cluster (containerd $V)"

@@ -6,7 +6,8 @@
 REGISTRY_LOG is a distribution registry's log (its access log lines: `"GET /v2/... HTTP/1.1"
 STATUS BYTES`), TOKEN_LOG tests/tokenserver.py's; only lines after REG_LINE and TOKEN_LINE
 count, and with REPO only requests for that repository (/v2/REPO/..., tokens with its scope). Prints one JSON object:
-manifests (GET and HEAD of /manifests/), blobs (GET of /blobs/), other (/v2/ pings and the
+manifests (GET and HEAD of /manifests/, any answer: the token challenges' 401 too),
+manifests_ok (those answered 2xx), blobs (GET of /blobs/), other (/v2/ pings and the
 rest), bytes (every response body), blob_bytes, tokens (requests to the token server), and
 requests (all of them, token requests included).
 """
@@ -20,20 +21,21 @@ ACCESS = re.compile(r'"(GET|HEAD|POST|PUT|PATCH|DELETE) (/v2/[^ "]*) HTTP/[0-9.]
 def main():
     reg_log, reg_mark, tok_log, tok_mark = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     repo = sys.argv[5] if len(sys.argv) > 5 else None
-    out = {"manifests": 0, "blobs": 0, "other": 0, "bytes": 0, "blob_bytes": 0, "tokens": 0}
+    out = {"manifests": 0, "manifests_ok": 0, "blobs": 0, "other": 0, "bytes": 0, "blob_bytes": 0, "tokens": 0}
     with open(reg_log, errors="replace") as f:
         lines = f.read().splitlines()[reg_mark:]
     for line in lines:
         m = ACCESS.search(line)
         if not m:
             continue
-        method, path, _status, size = m.groups()
+        method, path, status, size = m.groups()
         if repo and not path.startswith(f"/v2/{repo}/"):
             continue
         n = 0 if size == "-" else int(size)
         out["bytes"] += n
         if "/manifests/" in path:
             out["manifests"] += 1
+            out["manifests_ok"] += status.startswith("2")
         elif "/blobs/" in path and method == "GET":
             out["blobs"] += 1
             out["blob_bytes"] += n
