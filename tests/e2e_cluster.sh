@@ -253,7 +253,7 @@ cstate() { kc -n "$1" get pod "$2" -o json | jq -c '.status.containerStatuses[0]
 # shellcheck disable=SC2086
 pod_log() { cat /proc/"${HOLDER[$1]}"/root/var/log/pods/$2_$3_*/${4:-app}/*.log 2>/dev/null; }
 # printed NODE NS NAME TEXT: the pod's container printed TEXT.
-printed() { pod_log "$1" "$2" "$3" | grep -qF -- "$4"; }
+printed() { local t; t=$(pod_log "$1" "$2" "$3"); grep -qF -- "$4" <<<"$t"; }
 # wait_running NS NAME [SECONDS]: passes or fails "NS/NAME runs".
 wait_running() {
   if wait_for "${3:-90}" pod_running "$1" "$2"; then return 0; fi
@@ -267,9 +267,13 @@ load_since() {
   local r t; read -r r t <<<"$REGMARK"
   python3 "$REPO/tests/regload.py" "$WORK/registry-t/log" "$r" "$WORK/registry-t/token.log" "$t" "$1"
 }
-# LOADS: one line per measured event: SETUP EVENT JSON.
+# LOADS: one line per measured event: SETUP|EVENT|JSON. record_load SETUP EVENT JSON [PODS]: the
+# JSON measured PODS pods (1).
 LOADS=$WORK/loads
-record_load() { echo "$1|$2|$3" >> "$LOADS"; echo "    registry load, $1, $2: $3"; }
+record_load() {
+  local j; j=$(jq -c --argjson n "${4:-1}" '. + {pods: $n}' <<<"$3")
+  echo "$1|$2|$j" >> "$LOADS"; echo "    registry load, $1, $2${4:+ ($4 pods)}: $3"
+}
 jget() { jq -r ".$2" <<<"$1"; }
 
 log "0. the nodes without pullgate: containerd alone, kubelet's KEP-2535 on node b"
@@ -352,10 +356,11 @@ RESTART='touch /run/pullgate/restart-request; while [ -e /run/pullgate/restart-r
 sed -e "s#image: registry.example/pullgate-installer:.*#image: $INSTALLER#" \
     -e "s#^          value: \"nsenter --target 1 .*#          value: '$RESTART'#" \
     -e "s#{path: /usr/bin, type: Directory}#{path: $BINDIR, type: Directory}#" \
+    -e '/name: PULLGATE_PULL_FLAGS/{n;s#value: ""#value: "--plain-http"#}' \
     -e "s#^    containerd_address = \"/run/containerd/containerd.sock\"#&\n    log_level = \"debug\"\n\n    [registry]\n    hosts_dir = \"$HOSTS\"#" \
     "$REPO/plugin/daemonset/pullgate-installer.yaml" > "$WORK/installer.yaml"
-check "the DaemonSet adapted: image, restart command, containerd's directory, registry trust (4 changes)" \
-  test "$(diff "$REPO/plugin/daemonset/pullgate-installer.yaml" "$WORK/installer.yaml" | grep -c '^>')" = 7
+check "the DaemonSet adapted: image, restart command, containerd's directory, plain http for the sandbox image, registry trust (5 changes)" \
+  test "$(diff "$REPO/plugin/daemonset/pullgate-installer.yaml" "$WORK/installer.yaml" | grep -c '^>')" = 8
 sha_host_config=$(sha256sum /etc/containerd/config.toml 2>/dev/null)
 check "kubectl apply the installer" kc apply -f "$WORK/installer.yaml"
 ds_ready() { kc -n kube-system get ds pullgate-installer -o json | jq -e '.status.desiredNumberScheduled == 2 and .status.numberReady == 2' >/dev/null; }
@@ -441,7 +446,7 @@ mark_registry
 deployment 4
 wait_for 90 available 4 && pass "scaled to 4: available" || fail "scaled to 4: $(kc -n team-a get pods -o wide 2>&1)"
 check "two pods on each node" test "$(app_pods_on a) $(app_pods_on b)" = "2 2"
-l=$(load_since private/app); record_load pullgate "every pod (Always), image and grant on the node" "$l"
+l=$(load_since private/app); record_load pullgate "every pod (Always), image and grant on the node" "$l" 2
 check "the two new pods (one per node) cost the registry one manifest each ($(jget "$l" manifests_ok) answered) and no blob" \
   test "$(jget "$l" manifests_ok) $(jget "$l" blobs)" = "2 0"
 for n in "${NODES[@]}"; do
@@ -468,7 +473,15 @@ for n in "${NODES[@]}"; do
   check "node $n: nothing of the image in team-b's pod log" not grep -qF "$APPMSG" <<<"$(pod_log "$n" team-b "nosecret-$n")"
   check "node $n: no grant for team-b" not grant_for "$n" team-b
 done
-kc -n team-b delete pod nosecret-a nosecret-b --wait=false >/dev/null
+# An image a tenant's pod pulled on node a before pullgate was installed (team-a's $BASE, part 0):
+# pullgate never saw it pulled.
+pod team-b before-a "$BASE" IfNotPresent a
+wait_for 90 refused before-a; st=$(cstate team-b before-a)
+check "node a: team-b's pod of the image team-a pulled there before pullgate was installed is refused ($(shown 300 "$st"))" \
+  says "$st" CreateContainerError "$REFUSED team-b/before-a"
+check "and it has no container" is_zero containers_of a team-b before-a
+check "nothing of that image in its log" not printed a team-b before-a "$BASEMSG"
+kc -n team-b delete pod nosecret-a nosecret-b before-a --wait=false >/dev/null
 
 log "2c. team-c, its own secret, IfNotPresent, on node b where the image is: one verification"
 token_acl t "acl['users']['carol'] = '$PW_CAROL'; acl['access']['carol'] = ['private/*']"
@@ -522,5 +535,9 @@ check "node b's kubelet kept pull records ($(records b))" test "$(records b)" -g
 check "node a's kubelet kept none" test "$(records a)" = 0
 check "no password of any secret in pullgate's, containerd's or kubelet's logs on either node" \
   not grep -rqF -e "$PW_ALICE" -e "$PW_ALICE2" -e "$PW_BOB" -e "$PW_CAROL" "$WORK"/a/*.log "$WORK"/b/*.log
+
+log "registry load per day at scale, priced at this run's measurements (tests/regload.py --table)"
+table=$(python3 "$REPO/tests/regload.py" --table "$LOADS") && echo "$table" || fail "the registry-load table: $table"
+check "the table prices the four setups" test "$(grep -c '^| [cp]' <<<"$table")" = 4
 
 summary "e2e cluster (containerd $V)"

@@ -12,9 +12,13 @@
 #      containerd reads pullgate as its only snapshotter);
 #   4. when anything changed or pullgate does not answer, runs PULLGATE_RESTART_COMMAND (on a
 #      systemd node: start pullgate, restart containerd) and waits for pullgate's sockets;
-#   5. checks the node (`pullgate doctor`): a problem ends the pod in error, which the DaemonSet
+#   5. pulls CRI's sandbox (pause) image through pullgate into k8s.io (PULLGATE_SANDBOX_IMAGE, by
+#      default the one containerd's config names), so that pullgate has hashed its layers and
+#      seen them served without a credential: containerd's CRI unpacks it itself, with no pod
+#      behind the unpack, and under AlwaysVerify only layers pullgate knows as public pass;
+#   6. checks the node (`pullgate doctor`): a problem ends the pod in error, which the DaemonSet
 #      retries (every step above is idempotent);
-#   6. marks itself installed (the pod's readiness probe: install.sh --check) and sleeps.
+#   7. marks itself installed (the pod's readiness probe: install.sh --check) and sleeps.
 # Usage: install.sh            install, then sleep
 #        install.sh --check    exit 0 when this pod installed the node (readiness probe)
 set -eu
@@ -29,6 +33,7 @@ CONTAINERD_CONFIG=${CONTAINERD_CONFIG:-/etc/containerd/config.toml}
 CONTAINERD_BIN=${CONTAINERD_BIN:-/usr/bin/containerd}
 CONTENT_SHARING=${PULLGATE_CONTENT_SHARING:-}
 WAIT=${PULLGATE_RESTART_WAIT:-120}
+PULL_FLAGS=${PULLGATE_PULL_FLAGS:-}
 STAMP=/tmp/pullgate-installed
 
 say() { echo "pullgate-installer${NODE_NAME:+ on $NODE_NAME}: $*"; }
@@ -91,10 +96,19 @@ if [ -n "$changed" ] || ! "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n 
   done
 fi
 
-# 5. the node as pullgate's doctor sees it
+# 5. the sandbox image
+sandbox=${PULLGATE_SANDBOX_IMAGE:-$("$CONTAINERD_BIN" --config "$CONTAINERD_CONFIG" config dump 2>/dev/null \
+  | sed -n "s/^ *sandbox\(_image\)\{0,1\} = [\"']\(.*\)[\"']\$/\2/p" | head -n 1)}
+[ -n "$sandbox" ] || die "containerd's config names no sandbox image (set PULLGATE_SANDBOX_IMAGE)"
+# shellcheck disable=SC2086
+"$BIN_DIR/pullgate" --address "$API_SOCKET" pull -n k8s.io -q $PULL_FLAGS "$sandbox" >/dev/null \
+  || die "cannot pull the sandbox image $sandbox through pullgate (above)"
+say "the sandbox image $sandbox pulled through pullgate"
+
+# 6. the node as pullgate's doctor sees it
 "$BIN_DIR/pullgate" doctor --config "$CONFIG" --containerd-config "$CONTAINERD_CONFIG" || die "pullgate doctor found a problem (above)"
 
-# 6. installed
+# 7. installed
 : > "$STAMP"
 say "installed $("$BIN_DIR/pullgate" --version)"
 trap 'exit 0' TERM INT
