@@ -26,7 +26,10 @@
 #      pass sets with pullgate compared with containerd alone's
 #      Under 1.7 and 2.1 also restarts of pullgate under a running workload: SIGTERM and
 #      SIGKILL while containers run and pulls and container creations are in flight, each time
-#      started again on the same root
+#      started again on the same root; and a Kubernetes cluster of two nodes (tests/e2e_cluster.sh:
+#      the control plane and kubectl from the kubelet's module, a containerd and kubelet per node)
+#      on which pullgate's DaemonSet installs pullgate, then Deployments, drains, refused
+#      namespaces, a revoked credential and the registry's load per event
 #   5. the crash test under containerd 1.6 and 2.1 (crash points, random SIGKILLs, containerd
 #      killed mid-pull; then the conformance suite and a consistency check on the crashed root)
 #   6. the differential test of image documents (tests/difftest): pullgate's reading against
@@ -154,6 +157,8 @@ for v in 1.6 1.7 2.1 2.4; do
   if [ "$v" = 1.7 ] || [ "$v" = 2.1 ]; then
     step "end to end: pullgate stopped (SIGTERM) and killed (SIGKILL), then started again, under running containers, pulls and container creations, containerd $v"
     run_part "e2e restart containerd $v" bash tests/e2e_restart.sh "$v"
+    step "a Kubernetes cluster of two nodes (kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, a kubelet per node) under containerd $v, pullgate installed on each by its DaemonSet"
+    run_part "e2e cluster containerd $v" bash tests/e2e_cluster.sh "$v"
   fi
 done
 
