@@ -5,8 +5,9 @@
 # kube-scheduler, kube-controller-manager, kubectl, and per node a kubelet with containerd VERSION
 # and its CRI plugin.
 # Each node is a mount namespace of its own (node_up) in which the paths a node keeps its state
-# at are the node's own directories under $WORK/NODE: /etc/containerd, /etc/pullgate,
-# /etc/systemd/system, /usr/local/bin, /run and /var/lib (a tmpfs on /var/log); containerd,
+# at are the node's own directories under $WORK/NODE: /etc (an overlay of the machine's, its
+# changes in $WORK/NODE/etc: containerd's, pullgate's and systemd's files), /usr/local/bin, /run
+# and /var/lib (a tmpfs on /var/log); nothing of the machine's changes. containerd,
 # kubelet and later pullgate run there with their default paths, so the DaemonSet's hostPath
 # volumes reach each node's own. Host-network pods (no CNI); both nodes share the machine's
 # network (kubelet on ports of their own) and cgroups (cgroupfs, each pod its own); a CNI
@@ -44,7 +45,6 @@ APPMSG="private app on the cluster"
 BASEMSG="private app without pullgate"
 REFUSED='pullgate refused pod'
 NODES=(a b)
-CREATED_DIRS=()
 declare -A HOLDER=()
 
 cluster_cleanup() {
@@ -69,7 +69,6 @@ cluster_cleanup() {
     done
   done
   cleanup
-  for p in "${CREATED_DIRS[@]}"; do rmdir "$p" 2>/dev/null; done
 }
 trap cluster_cleanup EXIT
 
@@ -128,9 +127,6 @@ launch_on_free_ports 2 _launch_controllers \
 
 # ---- the nodes ----
 kube_sysctl_files "$WORK/sysctl"
-# mountpoint DIR: DIR exists on the machine (created, and removed at exit, when it did not).
-mountpoint_dir() { [ -d "$1" ] || { mkdir -p "$1" && CREATED_DIRS+=("$1"); }; }
-for d in /etc/containerd /etc/pullgate /etc/systemd/system /usr/local/bin; do mountpoint_dir "$d"; done
 # node_exec NODE CMD... &: CMD in the node's mount namespace, in the background: the subshell of
 # the `&` becomes CMD, so that $! is CMD's PID.
 node_exec() { local n=$1; shift; exec nsenter -t "${HOLDER[$n]}" -m -- "$@"; }
@@ -149,13 +145,13 @@ node_containerd() {
 # registered as node pg-NODE.
 node_up() {
   local n=$1 kep=$2 N=$WORK/$1
-  mkdir -p "$N"/{etc-containerd,etc-pullgate,units,bin,run,varlib}
+  mkdir -p "$N"/{etc/containerd,etc/pullgate,etc/systemd/system,etc.work,bin,run,varlib}
   # containerd alone, as containerd_cri_config writes its CRI settings, at containerd's default
   # root, state and socket.
   ( WORK=$N
     fragment() { printf 'version = %s\n' "$([ "$1" = 1.x ] && echo 2 || echo 3)"; }
     containerd_cri_config "$V" "" "$PAUSE" "$HOSTS" ) || return 1
-  sed '/^\[grpc\]$/,/^  address = /d' "$N/containerd/config.toml" > "$N/etc-containerd/config.toml"
+  sed '/^\[grpc\]$/,/^  address = /d' "$N/containerd/config.toml" > "$N/etc/containerd/config.toml"
   # A network configuration, so that CRI reports the pod network ready and kubelet the node Ready
   # (the scheduler places pods on Ready nodes only). Only host-network pods run: CNI is never
   # called, and its plugin binaries are not needed.
@@ -165,9 +161,7 @@ node_up() {
   install -d -m 0700 "$N/run/pullgate"
   ln -s /run/containerd/containerd.sock "$N/run/pullgate/cri.sock"
   unshare --mount --propagation private -- bash -c "set -e
-mount --bind $N/etc-containerd /etc/containerd
-mount --bind $N/etc-pullgate /etc/pullgate
-mount --bind $N/units /etc/systemd/system
+mount -t overlay overlay -o lowerdir=/etc,upperdir=$N/etc,workdir=$N/etc.work /etc
 mount --bind $N/bin /usr/local/bin
 mount --bind $N/run /run
 mount --bind $N/varlib /var/lib
@@ -341,7 +335,7 @@ node_init() {
     if [ -f "$N/pullgate.pid" ]; then
       p=$(cat "$N/pullgate.pid"); kill "$p" 2>/dev/null; wait_for 60 not kill -0 "$p"
     fi
-    read -r -a cmd < <(sed -n 's/^ExecStart=//p' "$N/units/pullgate.service")
+    read -r -a cmd < <(sed -n 's/^ExecStart=//p' "$N/etc/systemd/system/pullgate.service")
     node_exec "$n" "${cmd[@]}" >>"$N/pullgate.log" 2>&1 &
     echo $! > "$N/pullgate.pid"
     wait_for 30 test -S "$N/run/pullgate/snapshotter.sock" && node_containerd "$n" >>"$N/init.log" 2>&1 \
@@ -371,10 +365,10 @@ for n in "${NODES[@]}"; do
   inst=$(kc -n kube-system get pods -l app.kubernetes.io/name=pullgate-installer --field-selector "spec.nodeName=pg-$n" -o name)
   check "one installer pod on node $n, placed there by the DaemonSet controller ($inst)" test "$(nlines "$inst")" = 1
   check "node $n: the release's binaries in its /usr/local/bin" cmp "$N/bin/pullgate" "$REL/pullgate"
-  check "node $n: the unit in its /etc/systemd/system" cmp "$N/units/pullgate.service" "$REL/plugin/pullgate.service"
-  check "node $n: pullgate's config from the ConfigMap in its /etc/pullgate" grep -q "hosts_dir = \"$HOSTS\"" "$N/etc-pullgate/config.toml"
+  check "node $n: the unit in its /etc/systemd/system" cmp "$N/etc/systemd/system/pullgate.service" "$REL/plugin/pullgate.service"
+  check "node $n: pullgate's config from the ConfigMap in its /etc/pullgate" grep -q "hosts_dir = \"$HOSTS\"" "$N/etc/pullgate/config.toml"
   check "node $n: containerd's config merged (its backup kept beside it)" \
-    bash -c "grep -q '^\[proxy_plugins.pullgate\]' '$N/etc-containerd/config.toml' && test -f '$N/etc-containerd/config.toml.pullgate-backup'"
+    bash -c "grep -q '^\[proxy_plugins.pullgate\]' '$N/etc/containerd/config.toml' && test -f '$N/etc/containerd/config.toml.pullgate-backup'"
   check "node $n: the bootstrap link replaced by pullgate's CRI socket" test -S "$N/run/pullgate/cri.sock" -a ! -L "$N/run/pullgate/cri.sock"
   check_out "node $n: its init loop started pullgate and restarted containerd once" "started pullgate" cat "$N/init.log"
   check_out "node $n: pullgate serves (its API lists namespace k8s.io's grants)" NAMESPACE "$PG_BIN" --address "$N/run/pullgate/api.sock" grants -n k8s.io
