@@ -177,30 +177,12 @@ exec sleep 1000000" >>"$N/ns.log" 2>&1 &
 }
 _launch_node_kubelet() {
   local n=$_NODE N=$WORK/$_NODE
-  cat > "$N/kubelet.yaml" <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-containerRuntimeEndpoint: unix:///run/pullgate/cri.sock
-imageServiceEndpoint: unix:///run/pullgate/cri.sock
-cgroupDriver: cgroupfs
-failCgroupV1: false
-failSwapOn: false
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-makeIPTablesUtilChains: false
-address: 127.0.0.1
-port: $PORT_1
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: $PORT_2
-authentication:
-  anonymous: {enabled: true}
-  webhook: {enabled: false}
-authorization: {mode: AlwaysAllow}
+  { kubelet_config_common /run/pullgate/cri.sock; cat <<YAML
 syncFrequency: 5s
 featureGates:
   KubeletEnsureSecretPulledImages: $_KEP
 YAML
+  } > "$N/kubelet.yaml"
   node_exec "$n" "$KBIN/kubelet" --config "$N/kubelet.yaml" --kubeconfig "$WORK/kubeconfig" --hostname-override "pg-$n" \
     --v 2 >>"$N/kubelet.log" 2>&1 &
   echo $! > "$N/kubelet.pid"; PIDS+=($!); LAUNCHED+=($!)

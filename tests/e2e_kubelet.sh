@@ -86,32 +86,14 @@ direct() { "$CRICTL_BIN" --runtime-endpoint "unix://$CTRD_SOCK" --image-endpoint
 kube_sysctl_files "$WORK/sysctl"
 # kubelet_config ROOT EXTRA_YAML: ROOT/config.yaml (ports from PORT_1, PORT_2).
 kubelet_config() {
-  cat > "$1/config.yaml" <<YAML
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-containerRuntimeEndpoint: unix://$PG/cri.sock
-imageServiceEndpoint: unix://$PG/cri.sock
-cgroupDriver: cgroupfs
-failCgroupV1: false
-failSwapOn: false
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-makeIPTablesUtilChains: false
-address: 127.0.0.1
-port: $PORT_1
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: $PORT_2
-authentication:
-  anonymous: {enabled: true}
-  webhook: {enabled: false}
-authorization: {mode: AlwaysAllow}
+  { kubelet_config_common "$PG/cri.sock"; cat <<YAML
 podLogsDir: $WORK/pod-logs
 volumePluginDir: $1/volume-plugins
 fileCheckFrequency: 1s
 syncFrequency: 5s
 $2
 YAML
+  } > "$1/config.yaml"
 }
 # start_kubelet ROOT EXTRA_YAML [FLAGS...]: kubelet with --root-dir ROOT, logging to ROOT/log;
 # sets KUBELET_PID and KPORT (its HTTPS port: /pods answers anonymously).

@@ -24,6 +24,34 @@ kube_sysctl_binds() {
   for kv in $KUBE_SYSCTLS; do printf 'mount --bind %q /proc/sys/%s\n' "$1/${kv%%=*}" "${kv%%=*}"; done
 }
 
+# kubelet_config_common CRI_SOCKET: the start of a KubeletConfiguration for these machines: CRI
+# at CRI_SOCKET, cgroupfs without QoS cgroups or node allocatable (containerd's runc shim uses
+# cgroupfs), no iptables chains, swap and cgroup v1 tolerated, kubelet's server and healthz on
+# 127.0.0.1 ports PORT_1 and PORT_2 (launch_on_free_ports), anonymous requests allowed.
+kubelet_config_common() {
+  cat <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$1
+imageServiceEndpoint: unix://$1
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+makeIPTablesUtilChains: false
+address: 127.0.0.1
+port: $PORT_1
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $PORT_2
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+YAML
+}
+
 # start_control_plane [APISERVER_FLAGS...]: etcd and kube-apiserver; sets ETCD, API, KTOKEN (the
 # admin's bearer token) and writes $WORK/kubeconfig (that token). Returns 1 (and says why) when
 # one of them does not start.
