@@ -356,6 +356,14 @@ for n in "${NODES[@]}"; do
   check_out "node $n: pullgate serves (its API lists namespace k8s.io's grants)" NAMESPACE "$PG_BIN" --address "$N/run/pullgate/api.sock" grants -n k8s.io
   check_out "node $n: the installer's log shows the installation" "pullgate-installer on pg-$n: installed pullgate" pod_log "$n" kube-system "${inst#pod/}" install
 done
+# The installer again on an installed node (its pod deleted: the controller makes another):
+# nothing to place, merge or restart.
+kc -n kube-system delete pod -l app.kubernetes.io/name=pullgate-installer --field-selector spec.nodeName=pg-a --wait=true --timeout 60s >/dev/null
+wait_for 90 ds_ready && pass "node a's installer pod deleted: the controller's new one is Ready" || fail "the DaemonSet after its pod on node a was deleted: $(kc -n kube-system get ds pullgate-installer -o json | jq -c .status)"
+inst=$(kc -n kube-system get pods -l app.kubernetes.io/name=pullgate-installer --field-selector spec.nodeName=pg-a -o name)
+check_out "its log: containerd's config already merged" "already has pullgate's settings" pod_log a kube-system "${inst#pod/}" install
+check "and node a was not restarted again (its init loop acted once, containerd started twice in all)" \
+  test "$(grep -c 'started pullgate' "$WORK/a/init.log") $(grep -c 'msg="starting containerd"' "$WORK/a/containerd.log")" = "1 2"
 check "the machine's own /etc/containerd/config.toml untouched" test "$(sha256sum /etc/containerd/config.toml 2>/dev/null)" = "$sha_host_config"
 for n in "${NODES[@]}"; do
   wait_for 60 node_ready "$n" && pass "node pg-$n Ready again, its runtime now reached through pullgate's front" || fail "node pg-$n not Ready after the installation"
