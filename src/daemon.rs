@@ -45,7 +45,10 @@ fn choose_driver(cfg: &Config) -> Result<Driver, DaemonError> {
     }
 }
 
-/// Binds a unix socket readable and writable by root only, replacing a stale socket file.
+/// Binds a unix socket readable and writable by root only, replacing a stale socket file or a
+/// symbolic link: a node's bootstrap makes the CRI socket's path a link to containerd's socket,
+/// at every boot, for kubelet to reach containerd until pullgate runs (docs/cluster.md). The
+/// link is removed, never what it points to; any other file there is refused.
 pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, DaemonError> {
     if let Some(dir) = path.parent() {
         if !dir.exists() {
@@ -55,6 +58,11 @@ pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, DaemonError>
     }
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => fs::remove_file(path).map_err(io_at("remove stale socket", path))?,
+        Ok(m) if m.file_type().is_symlink() => {
+            let target = fs::read_link(path).map_err(io_at("read link", path))?;
+            fs::remove_file(path).map_err(io_at("remove link", path))?;
+            tracing::info!(path = %path.display(), target = %target.display(), "replaced the link at the socket's path (a node's bootstrap link) with the socket");
+        }
         Ok(_) => {
             return Err(DaemonError::Io {
                 context: "refusing to replace non-socket file at",
@@ -254,4 +262,28 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
     }
     result?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bind_socket_replaces_a_stale_socket_and_a_link_but_no_other_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("containerd.sock");
+        let _other = std::os::unix::net::UnixListener::bind(&target).expect("bind the link's target");
+        let link = dir.path().join("cri.sock");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        let l = bind_socket(&link).expect("a link at the path is replaced");
+        assert!(fs::symlink_metadata(&link).expect("stat").file_type().is_socket());
+        assert!(fs::symlink_metadata(&target).expect("stat").file_type().is_socket(), "the link's target is left alone");
+        assert_eq!(fs::metadata(&link).expect("stat").permissions().mode() & 0o777, 0o600);
+        drop(l);
+        bind_socket(&link).expect("a stale socket is replaced");
+        let file = dir.path().join("file.sock");
+        fs::write(&file, b"not a socket").expect("write");
+        assert!(bind_socket(&file).is_err(), "a regular file is refused");
+        assert_eq!(fs::read(&file).expect("read"), b"not a socket");
+    }
 }

@@ -169,7 +169,7 @@ mount -t tmpfs tmpfs /var/log
 $(kube_sysctl_binds "$WORK/sysctl")
 touch $N/ns-ready
 exec sleep 1000000" >>"$N/ns.log" 2>&1 &
-  HOLDER[$n]=$!; PIDS+=($!)
+  HOLDER[$n]=$!; PIDS+=($!); disown "$!"   # (its end, a SIGKILL at cleanup, is not reported)
   wait_for 10 test -e "$N/ns-ready" || { echo "node $n: its mount namespace was not set up: $(cat "$N/ns.log")"; return 1; }
   node_containerd "$n" || return 1
   _NODE=$n _KEP=$kep
@@ -310,18 +310,23 @@ push_image "$WORK/installer" v1 "$INSTALLER" || fail "push the installer's image
 # What the node's init system does when the installer asks (its restart command, below): systemd
 # would start pullgate.service (the unit the installer placed: its ExecStart) and restart
 # containerd. Here a loop per node, in the node's namespace.
-node_init() {
+# node_units NODE: (re)starts pullgate as its unit says (ExecStart; pullgate before containerd),
+# then containerd.
+node_units() {
   local n=$1 N=$WORK/$1 cmd p
+  if [ -f "$N/pullgate.pid" ]; then
+    p=$(cat "$N/pullgate.pid"); kill "$p" 2>/dev/null; wait_for 60 not kill -0 "$p"
+  fi
+  read -r -a cmd < <(sed -n 's/^ExecStart=//p' "$N/etc/systemd/system/pullgate.service")
+  node_exec "$n" "${cmd[@]}" >>"$N/pullgate.log" 2>&1 &
+  echo $! > "$N/pullgate.pid"
+  wait_for 30 test -S "$N/run/pullgate/snapshotter.sock" && node_containerd "$n" && echo "started pullgate (${cmd[*]}) and containerd"
+}
+node_init() {
+  local n=$1 N=$WORK/$1
   while sleep 0.5; do
     [ -e "$N/run/pullgate/restart-request" ] || continue
-    if [ -f "$N/pullgate.pid" ]; then
-      p=$(cat "$N/pullgate.pid"); kill "$p" 2>/dev/null; wait_for 60 not kill -0 "$p"
-    fi
-    read -r -a cmd < <(sed -n 's/^ExecStart=//p' "$N/etc/systemd/system/pullgate.service")
-    node_exec "$n" "${cmd[@]}" >>"$N/pullgate.log" 2>&1 &
-    echo $! > "$N/pullgate.pid"
-    wait_for 30 test -S "$N/run/pullgate/snapshotter.sock" && node_containerd "$n" >>"$N/init.log" 2>&1 \
-      && echo "started pullgate (${cmd[*]}) and restarted containerd" >>"$N/init.log"
+    node_units "$n" >>"$N/init.log" 2>&1
     rm -f "$N/run/pullgate/restart-request"
   done
 }
@@ -465,7 +470,43 @@ check "node a: team-b's pod of the image team-a pulled there before pullgate was
   says "$st" CreateContainerError "$REFUSED team-b/before-a"
 check "and it has no container" is_zero containers_of a team-b before-a
 check "nothing of that image in its log" not printed a team-b before-a "$BASEMSG"
-kc -n team-b delete pod nosecret-a nosecret-b before-a --wait=false >/dev/null
+if [ "$V" != 1.7 ]; then   # (image volumes: containerd 2.1 and later)
+  kc apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: volume-a, namespace: team-b}
+spec:
+  hostNetwork: true
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: pg-a}
+  containers:
+  - {name: app, image: "$PAUSE", command: ["sh", "-c", "cat /v/msg; sleep 100000"], volumeMounts: [{name: v, mountPath: /v}]}
+  volumes:
+  - {name: v, image: {reference: "$BASE", pullPolicy: IfNotPresent}}
+YAML
+  wait_for 90 refused volume-a; st=$(cstate team-b volume-a)
+  check "node a: nor may team-b mount that image as an image volume (a public image as its container) ($(shown 300 "$st"))" \
+    says "$st" CreateContainerError "$REFUSED team-b/volume-a"
+  check "and that pod has no container" is_zero containers_of a team-b volume-a
+  check "nothing of the image in its log" not printed a team-b volume-a "$BASEMSG"
+fi
+kc -n team-b delete pod nosecret-a nosecret-b before-a volume-a --ignore-not-found --wait=false >/dev/null
+
+log "2b'. node b boots again: the bootstrap link is made again at its path, pullgate replaces it"
+stop_node_runtime() {
+  local f p
+  for f in pullgate containerd; do
+    p=$(cat "$WORK/b/$f.pid"); kill "$p" 2>/dev/null; wait_for 60 not kill -0 "$p"
+  done
+}
+stop_node_runtime
+rm -f "$WORK/b/pullgate.pid" "$WORK/b/containerd.pid"
+ln -s /run/containerd/containerd.sock "$WORK/b/run/pullgate/cri.sock"   # (as systemd-tmpfiles would at boot)
+check_out "node b's pullgate (its unit's command) and containerd start" "started pullgate" node_units b
+check "its CRI socket is pullgate's socket again, not the link" test -S "$WORK/b/run/pullgate/cri.sock" -a ! -L "$WORK/b/run/pullgate/cri.sock"
+check_out "pullgate's log says it replaced the bootstrap link" "replaced the link at the socket's path" cat "$WORK/b/pullgate.log"
+wait_for 60 node_ready b && pass "node b Ready" || fail "node b not Ready after its runtime started again"
 
 log "2c. team-c, its own secret, IfNotPresent, on node b where the image is: one verification"
 token_acl t "acl['users']['carol'] = '$PW_CAROL'; acl['access']['carol'] = ['private/*']"

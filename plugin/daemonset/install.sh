@@ -4,12 +4,13 @@
 #   1. places the release's binaries (PULLGATE_BIN_DIR), systemd unit (PULLGATE_UNIT_DIR) and
 #      pullgate's config (the ConfigMap's config.toml, else config.toml.example when the node
 #      has none) on the node, each replaced by a rename only when it differs;
-#   2. removes the node-bootstrap link at pullgate's CRI socket (docs/kubernetes.md: kubelet's
+#   2. merges pullgate's settings into containerd's config (`pullgate containerd-config`, which
+#      runs the node's containerd on the merged file and refuses, writing nothing, unless
+#      containerd reads pullgate as its only snapshotter): a refusal ends the pod in error, the
+#      node's containerd and kubelet as they were;
+#   3. removes the node-bootstrap link at pullgate's CRI socket (docs/cluster.md: kubelet's
 #      endpoint is pullgate's socket from the node's first boot; until pullgate runs, that path
 #      is a symbolic link to containerd's socket);
-#   3. merges pullgate's settings into containerd's config (`pullgate containerd-config`, which
-#      runs the node's containerd on the merged file and refuses, writing nothing, unless
-#      containerd reads pullgate as its only snapshotter);
 #   4. when anything changed or pullgate does not answer, runs PULLGATE_RESTART_COMMAND (on a
 #      systemd node: start pullgate, restart containerd) and waits for pullgate's sockets;
 #   5. pulls CRI's sandbox (pause) image through pullgate into k8s.io (PULLGATE_SANDBOX_IMAGE, by
@@ -63,14 +64,7 @@ elif [ ! -f "$CONFIG" ]; then
   place "$SRC/config.toml.example" "$CONFIG" 0644
 fi
 
-# 2. the node-bootstrap link (only a link: a socket or a file there is pullgate's or the operator's)
-if [ -L "$CRI_SOCKET" ]; then
-  say "removing the bootstrap link $CRI_SOCKET -> $(readlink "$CRI_SOCKET")"
-  rm -f "$CRI_SOCKET"
-  changed=1
-fi
-
-# 3. containerd's config
+# 2. containerd's config
 case $("$CONTAINERD_BIN" --version | awk '{print $3}') in
   v1.*|1.*) flavour=1.x ;;
   v2.*|2.*) flavour=2.x ;;
@@ -84,6 +78,16 @@ case $merge in
   *"already has pullgate's settings"*) ;;
   *) changed=1 ;;
 esac
+
+# 3. the node-bootstrap link (only a link: a socket or a file there is pullgate's or the
+# operator's), once the merge is done: a refused merge leaves the node as it was. pullgate
+# replaces the link itself when it starts; removing it here makes a pullgate that never
+# started show as a node without a runtime (NotReady), not as one running pods ungated.
+if [ -L "$CRI_SOCKET" ]; then
+  say "removing the bootstrap link $CRI_SOCKET -> $(readlink "$CRI_SOCKET")"
+  rm -f "$CRI_SOCKET"
+  changed=1
+fi
 
 # 4. restart, when something changed or pullgate does not answer
 if [ -n "$changed" ] || ! "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-installer-probe >/dev/null 2>&1; then
