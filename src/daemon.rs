@@ -45,11 +45,11 @@ fn choose_driver(cfg: &Config) -> Result<Driver, DaemonError> {
     }
 }
 
-/// Binds a unix socket readable and writable by root only, replacing a stale socket file or a
-/// symbolic link: a node's bootstrap makes the CRI socket's path a link to containerd's socket,
-/// at every boot, for kubelet to reach containerd until pullgate runs (docs/cluster.md). The
-/// link is removed, never what it points to; any other file there is refused.
-pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, DaemonError> {
+/// Binds a unix socket readable and writable by root only, replacing a stale socket file, and
+/// with `replace_link` a symbolic link: a node's bootstrap makes the CRI socket's path a link to
+/// containerd's socket, at every boot, for kubelet to reach containerd until pullgate runs
+/// (docs/cluster.md). The link is removed, never what it points to; any other file is refused.
+pub fn bind_socket(path: &Path, replace_link: bool) -> Result<tokio::net::UnixListener, DaemonError> {
     if let Some(dir) = path.parent() {
         if !dir.exists() {
             fs::create_dir_all(dir).map_err(io_at("create socket directory", dir))?;
@@ -58,7 +58,7 @@ pub fn bind_socket(path: &Path) -> Result<tokio::net::UnixListener, DaemonError>
     }
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => fs::remove_file(path).map_err(io_at("remove stale socket", path))?,
-        Ok(m) if m.file_type().is_symlink() => {
+        Ok(m) if replace_link && m.file_type().is_symlink() => {
             let target = fs::read_link(path).map_err(io_at("read link", path))?;
             fs::remove_file(path).map_err(io_at("remove link", path))?;
             tracing::info!(path = %path.display(), target = %target.display(), "replaced the link at the socket's path (a node's bootstrap link) with the socket");
@@ -193,9 +193,9 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(tx));
     let sock = &cfg.daemon.snapshotter_socket;
-    let listener = bind_socket(sock)?;
+    let listener = bind_socket(sock, false)?;
     let api_sock = &cfg.daemon.api_socket;
-    let api_listener = bind_socket(api_sock)?;
+    let api_listener = bind_socket(api_sock, false)?;
     tracing::info!(root = %root.display(), socket = %sock.display(), api = %api_sock.display(), driver = ?driver,
         policy = ?cfg.policy.verification, "pullgate serving");
     let (cri_puller, snap_cri, rx_cri) = (puller.clone(), snap.clone(), rx.clone());
@@ -221,7 +221,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(api_listener), stopped(rx));
     let cri_sock = cfg.cri.enable.then(|| cfg.cri.socket.clone());
     let cri_listener = match &cri_sock {
-        Some(p) => Some(bind_socket(p)?),
+        Some(p) => Some(bind_socket(p, true)?),
         None => None,
     };
     if let Some(addr) = cfg.metrics.socket_addr() {
@@ -269,21 +269,23 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn bind_socket_replaces_a_stale_socket_and_a_link_but_no_other_file() {
+    async fn bind_socket_replaces_a_stale_socket_and_a_link_where_asked_but_no_other_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let target = dir.path().join("containerd.sock");
         let _other = std::os::unix::net::UnixListener::bind(&target).expect("bind the link's target");
         let link = dir.path().join("cri.sock");
         std::os::unix::fs::symlink(&target, &link).expect("symlink");
-        let l = bind_socket(&link).expect("a link at the path is replaced");
+        assert!(bind_socket(&link, false).is_err(), "a link is refused where not asked");
+        assert!(fs::symlink_metadata(&link).expect("stat").file_type().is_symlink(), "and left alone");
+        let l = bind_socket(&link, true).expect("a link at the path is replaced");
         assert!(fs::symlink_metadata(&link).expect("stat").file_type().is_socket());
         assert!(fs::symlink_metadata(&target).expect("stat").file_type().is_socket(), "the link's target is left alone");
         assert_eq!(fs::metadata(&link).expect("stat").permissions().mode() & 0o777, 0o600);
         drop(l);
-        bind_socket(&link).expect("a stale socket is replaced");
+        bind_socket(&link, false).expect("a stale socket is replaced");
         let file = dir.path().join("file.sock");
         fs::write(&file, b"not a socket").expect("write");
-        assert!(bind_socket(&file).is_err(), "a regular file is refused");
+        assert!(bind_socket(&file, true).is_err(), "a regular file is refused");
         assert_eq!(fs::read(&file).expect("read"), b"not a socket");
     }
 }

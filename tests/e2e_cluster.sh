@@ -127,6 +127,9 @@ launch_on_free_ports 2 _launch_controllers \
 
 # ---- the nodes ----
 kube_sysctl_files "$WORK/sysctl"
+# in_node NODE CMD...: CMD in the node's mount namespace (a file of the node's /etc is written
+# there: the overlay does not see what is written into its upper directory from outside).
+in_node() { local n=$1; shift; nsenter -t "${HOLDER[$n]}" -m -- "$@"; }
 # node_exec NODE CMD... &: CMD in the node's mount namespace, in the background: the subshell of
 # the `&` becomes CMD, so that $! is CMD's PID.
 node_exec() { local n=$1; shift; exec nsenter -t "${HOLDER[$n]}" -m -- "$@"; }
@@ -363,12 +366,30 @@ for n in "${NODES[@]}"; do
 done
 # The installer again on an installed node (its pod deleted: the controller makes another):
 # nothing to place, merge or restart.
-kc -n kube-system delete pod -l app.kubernetes.io/name=pullgate-installer --field-selector spec.nodeName=pg-a --wait=true --timeout 60s >/dev/null
-wait_for 90 ds_ready && pass "node a's installer pod deleted: the controller's new one is Ready" || fail "the DaemonSet after its pod on node a was deleted: $(kc -n kube-system get ds pullgate-installer -o json | jq -c .status)"
-inst=$(kc -n kube-system get pods -l app.kubernetes.io/name=pullgate-installer --field-selector spec.nodeName=pg-a -o name)
+# installer_a: the name of node a's installer pod; installer_a_ready OLD: another than OLD is Ready.
+installer_a() { kc -n kube-system get pods -l app.kubernetes.io/name=pullgate-installer --field-selector spec.nodeName=pg-a -o jsonpath='{.items[*].metadata.name}'; }
+installer_a_ready() {
+  local p; p=$(installer_a) && [ -n "$p" ] && [ "$p" != "$1" ] \
+    && kc -n kube-system get pod "$p" -o json | jq -e '.status.conditions[] | select(.type == "Ready") | .status == "True"' >/dev/null
+}
+# replace_installer_a: deletes node a's installer pod; passes when the controller's new one is Ready.
+replace_installer_a() {
+  local old; old=$(installer_a)
+  kc -n kube-system delete pod "$old" --wait=true --timeout 60s >/dev/null && wait_for 120 installer_a_ready "$old"
+}
+check "node a's installer pod deleted: the controller's new one is Ready" replace_installer_a
+inst=pod/$(installer_a)
 check_out "its log: containerd's config already merged" "already has pullgate's settings" pod_log a kube-system "${inst#pod/}" install
 check "and node a was not restarted again (its init loop acted once, containerd started twice in all)" \
   test "$(grep -c 'started pullgate' "$WORK/a/init.log") $(grep -c 'msg="starting containerd"' "$WORK/a/containerd.log")" = "1 2"
+PENDING=/etc/pullgate/.installer-restart-pending
+check "no restart left pending on node a (the installer's marker)" in_node a test ! -e "$PENDING"
+# A change an earlier pod made but did not get to restart on (its marker on the node): the next
+# pod restarts.
+in_node a touch "$PENDING"
+check "node a's installer pod deleted again, with a restart pending: the new one is Ready" replace_installer_a
+check "and it restarted node a's pullgate and containerd once more, the marker gone" \
+  test "$(grep -c 'started pullgate' "$WORK/a/init.log") $(in_node a test -e "$PENDING" && echo left || echo gone)" = "2 gone"
 check "the machine's own /etc/containerd/config.toml untouched" test "$(sha256sum /etc/containerd/config.toml 2>/dev/null)" = "$sha_host_config"
 for n in "${NODES[@]}"; do
   wait_for 60 node_ready "$n" && pass "node pg-$n Ready again, its runtime now reached through pullgate's front" || fail "node pg-$n not Ready after the installation"

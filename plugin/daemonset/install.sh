@@ -11,8 +11,9 @@
 #   3. removes the node-bootstrap link at pullgate's CRI socket (docs/cluster.md: kubelet's
 #      endpoint is pullgate's socket from the node's first boot; until pullgate runs, that path
 #      is a symbolic link to containerd's socket);
-#   4. when anything changed or pullgate does not answer, runs PULLGATE_RESTART_COMMAND (on a
-#      systemd node: start pullgate, restart containerd) and waits for pullgate's sockets;
+#   4. when anything changed (now or in an earlier pod that did not get to restart: a marker on
+#      the node) or pullgate does not answer, runs PULLGATE_RESTART_COMMAND (on a systemd node:
+#      start pullgate, restart containerd) and waits for pullgate's sockets;
 #   5. pulls CRI's sandbox (pause) image through pullgate into k8s.io (PULLGATE_SANDBOX_IMAGE, by
 #      default the one containerd's config names), so that pullgate has hashed its layers and
 #      seen them served without a credential: containerd's CRI unpacks it itself, with no pod
@@ -36,21 +37,26 @@ CONTENT_SHARING=${PULLGATE_CONTENT_SHARING:-}
 WAIT=${PULLGATE_RESTART_WAIT:-120}
 PULL_FLAGS=${PULLGATE_PULL_FLAGS:-}
 STAMP=/tmp/pullgate-installed
+# On the node, beside pullgate's config: a change was made that the running pullgate and
+# containerd have not been restarted on yet. It outlives this pod, so a pod killed (or a restart
+# command failed) between the change and the restart leaves the restart to the next pod.
+PENDING=$(dirname "$CONFIG")/.installer-restart-pending
 
 say() { echo "pullgate-installer${NODE_NAME:+ on $NODE_NAME}: $*"; }
 die() { say "error: $*" >&2; exit 1; }
 
 [ "${1:-}" = --check ] && exec test -e "$STAMP"
 [ -n "${PULLGATE_RESTART_COMMAND:-}" ] || die "PULLGATE_RESTART_COMMAND is not set (what starts pullgate and restarts containerd on this node)"
-changed=
+mkdir -p "$(dirname "$CONFIG")"
+changed() { : > "$PENDING" || die "cannot write $PENDING"; }
 
 # place SRC DEST MODE: DEST becomes SRC's bytes (a rename of a copy beside it), unless it has them.
 place() {
   if [ -f "$2" ] && cmp -s "$1" "$2"; then return 0; fi
   mkdir -p "$(dirname "$2")"
+  changed
   cp "$1" "$2.pullgate-new" && chmod "$3" "$2.pullgate-new" && mv -f "$2.pullgate-new" "$2" || die "cannot place $2"
   say "placed $2"
-  changed=1
 }
 
 # 1. files
@@ -76,7 +82,7 @@ merge=$("$BIN_DIR/pullgate" containerd-config --file "$CONTAINERD_CONFIG" --conf
 echo "$merge"
 case $merge in
   *"already has pullgate's settings"*) ;;
-  *) changed=1 ;;
+  *) changed ;;
 esac
 
 # 3. the node-bootstrap link (only a link: a socket or a file there is pullgate's or the
@@ -85,20 +91,24 @@ esac
 # started show as a node without a runtime (NotReady), not as one running pods ungated.
 if [ -L "$CRI_SOCKET" ]; then
   say "removing the bootstrap link $CRI_SOCKET -> $(readlink "$CRI_SOCKET")"
+  changed
   rm -f "$CRI_SOCKET"
-  changed=1
 fi
 
 # 4. restart, when something changed or pullgate does not answer
-if [ -n "$changed" ] || ! "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-installer-probe >/dev/null 2>&1; then
+if [ -e "$PENDING" ] || ! "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-installer-probe >/dev/null 2>&1; then
   say "restarting: $PULLGATE_RESTART_COMMAND"
   sh -c "$PULLGATE_RESTART_COMMAND" || die "the restart command failed"
   i=0
-  until [ -S "$API_SOCKET" ] && [ -S "$CRI_SOCKET" ] && "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-installer-probe >/dev/null 2>&1; do
-    i=$((i + 1)); [ "$i" -le "$WAIT" ] || die "pullgate did not answer at $API_SOCKET within $WAIT s of the restart"
+  # (-S follows a link: the CRI socket must be pullgate's own, not the bootstrap link.)
+  until [ -S "$API_SOCKET" ] && [ -S "$CRI_SOCKET" ] && [ ! -L "$CRI_SOCKET" ] \
+        && "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-installer-probe >/dev/null 2>&1; do
+    i=$((i + 1)); [ "$i" -le "$WAIT" ] || die "pullgate did not answer at $API_SOCKET (and bind $CRI_SOCKET) within $WAIT s of the restart"
     sleep 1
   done
+  rm -f "$PENDING"
 fi
+[ -S "$CRI_SOCKET" ] && [ ! -L "$CRI_SOCKET" ] || die "$CRI_SOCKET is not pullgate's CRI socket: is [cri] enable = true, at that socket, in pullgate's config?"
 
 # 5. the sandbox image
 sandbox=${PULLGATE_SANDBOX_IMAGE:-$("$CONTAINERD_BIN" --config "$CONTAINERD_CONFIG" config dump 2>/dev/null \
