@@ -133,12 +133,17 @@ in_node() { local n=$1; shift; nsenter -t "${HOLDER[$n]}" -m -- "$@"; }
 # node_exec NODE CMD... &: CMD in the node's mount namespace, in the background: the subshell of
 # the `&` becomes CMD, so that $! is CMD's PID.
 node_exec() { local n=$1; shift; exec nsenter -t "${HOLDER[$n]}" -m -- "$@"; }
+# stop_pidfile FILE: stops the process FILE names (SIGTERM, SIGKILL after 60 s) and removes FILE;
+# nothing without FILE.
+stop_pidfile() {
+  local p
+  [ -f "$1" ] || return 0
+  p=$(cat "$1"); kill "$p" 2>/dev/null; wait_for 60 not kill -0 "$p"; kill -9 "$p" 2>/dev/null; rm -f "$1"
+}
 # node_containerd NODE: (re)starts the node's containerd (its default config path and sockets).
 node_containerd() {
-  local n=$1 N=$WORK/$1 p
-  if [ -f "$N/containerd.pid" ]; then
-    p=$(cat "$N/containerd.pid"); kill "$p" 2>/dev/null; wait_for 30 not kill -0 "$p"; kill -9 "$p" 2>/dev/null
-  fi
+  local n=$1 N=$WORK/$1
+  stop_pidfile "$N/containerd.pid"
   node_exec "$n" env PATH="$BINDIR:$PATH" "$BINDIR/containerd" >>"$N/containerd.log" 2>&1 &
   echo $! > "$N/containerd.pid"; PIDS+=($!)
   wait_for 60 "$CRI_BIN" --socket "$N/run/containerd/containerd.sock" --timeout 5 Version \
@@ -193,7 +198,9 @@ YAML
 }
 node_up a false || { fail "node a did not come up"; summary "e2e cluster (containerd $V)"; exit 1; }
 node_up b true || { fail "node b did not come up"; summary "e2e cluster (containerd $V)"; exit 1; }
-node_ready() { kc get node "pg-$1" -o json | jq -e '.status.conditions[] | select(.type == "Ready") | .status == "True"' >/dev/null; }
+# ready ARGS...: the object `kubectl get ARGS` names has its condition Ready True (a node, a pod).
+ready() { kc get "$@" -o json | jq -e '.status.conditions[] | select(.type == "Ready") | .status == "True"' >/dev/null; }
+node_ready() { ready node "pg-$1"; }
 for n in a b; do
   wait_for 90 node_ready "$n" && pass "node pg-$n registered and Ready ($(kc get node "pg-$n" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}'))" \
     || fail "node pg-$n not Ready: $(kc get node "pg-$n" -o json 2>&1 | jq -c '.status.conditions' 2>&1 | head -c 600)"
@@ -224,7 +231,6 @@ secret() {
     --docker-password "${2#*:}" --dry-run=client -o yaml | kc apply -f - >/dev/null
 }
 pod_running() { kc -n "$1" get pod "$2" -o json | jq -e '.status.containerStatuses[0].state.running' >/dev/null; }
-pod_node() { kc -n "$1" get pod "$2" -o jsonpath='{.spec.nodeName}'; }
 cstate() { kc -n "$1" get pod "$2" -o json | jq -c '.status.containerStatuses[0].state // empty'; }
 # pod_log NODE NS NAME [CONTAINER]: what the pod's container (app) printed, every run of it
 # (kubelet's /var/log/pods on the node: the API server cannot reach kubelet's loopback port).
@@ -316,10 +322,8 @@ push_image "$WORK/installer" v1 "$INSTALLER" || fail "push the installer's image
 # node_units NODE: (re)starts pullgate as its unit says (ExecStart; pullgate before containerd),
 # then containerd.
 node_units() {
-  local n=$1 N=$WORK/$1 cmd p
-  if [ -f "$N/pullgate.pid" ]; then
-    p=$(cat "$N/pullgate.pid"); kill "$p" 2>/dev/null; wait_for 60 not kill -0 "$p"
-  fi
+  local n=$1 N=$WORK/$1 cmd
+  stop_pidfile "$N/pullgate.pid"
   read -r -a cmd < <(sed -n 's/^ExecStart=//p' "$N/etc/systemd/system/pullgate.service")
   node_exec "$n" "${cmd[@]}" >>"$N/pullgate.log" 2>&1 &
   echo $! > "$N/pullgate.pid"
@@ -369,8 +373,7 @@ done
 # installer_a: the name of node a's installer pod; installer_a_ready OLD: another than OLD is Ready.
 installer_a() { kc -n kube-system get pods -l app.kubernetes.io/name=pullgate-installer --field-selector spec.nodeName=pg-a -o jsonpath='{.items[*].metadata.name}'; }
 installer_a_ready() {
-  local p; p=$(installer_a) && [ -n "$p" ] && [ "$p" != "$1" ] \
-    && kc -n kube-system get pod "$p" -o json | jq -e '.status.conditions[] | select(.type == "Ready") | .status == "True"' >/dev/null
+  local p; p=$(installer_a) && [ -n "$p" ] && [ "$p" != "$1" ] && ready -n kube-system pod "$p"
 }
 # replace_installer_a: deletes node a's installer pod; passes when the controller's new one is Ready.
 replace_installer_a() {
@@ -515,14 +518,7 @@ fi
 kc -n team-b delete pod nosecret-a nosecret-b before-a volume-a --ignore-not-found --wait=false >/dev/null
 
 log "2b'. node b boots again: the bootstrap link is made again at its path, pullgate replaces it"
-stop_node_runtime() {
-  local f p
-  for f in pullgate containerd; do
-    p=$(cat "$WORK/b/$f.pid"); kill "$p" 2>/dev/null; wait_for 60 not kill -0 "$p"
-  done
-}
-stop_node_runtime
-rm -f "$WORK/b/pullgate.pid" "$WORK/b/containerd.pid"
+stop_pidfile "$WORK/b/pullgate.pid"; stop_pidfile "$WORK/b/containerd.pid"
 ln -s /run/containerd/containerd.sock "$WORK/b/run/pullgate/cri.sock"   # (as systemd-tmpfiles would at boot)
 check_out "node b's pullgate (its unit's command) and containerd start" "started pullgate" node_units b
 check "its CRI socket is pullgate's socket again, not the link" test -S "$WORK/b/run/pullgate/cri.sock" -a ! -L "$WORK/b/run/pullgate/cri.sock"

@@ -49,6 +49,9 @@ die() { say "error: $*" >&2; exit 1; }
 [ -n "${PULLGATE_RESTART_COMMAND:-}" ] || die "PULLGATE_RESTART_COMMAND is not set (what starts pullgate and restarts containerd on this node)"
 mkdir -p "$(dirname "$CONFIG")"
 changed() { : > "$PENDING" || die "cannot write $PENDING"; }
+answers() { "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-installer-probe >/dev/null 2>&1; }
+# (-S follows a link: the CRI socket must be pullgate's own, not the bootstrap link.)
+own_cri_socket() { [ -S "$CRI_SOCKET" ] && [ ! -L "$CRI_SOCKET" ]; }
 
 # place SRC DEST MODE: DEST becomes SRC's bytes (a rename of a copy beside it), unless it has them.
 place() {
@@ -86,7 +89,8 @@ case $merge in
 esac
 
 # 3. the node-bootstrap link (only a link: a socket or a file there is pullgate's or the
-# operator's), once the merge is done: a refused merge leaves the node as it was. pullgate
+# operator's), once the merge is done: a refused merge leaves containerd and kubelet as they
+# were. pullgate
 # replaces the link itself when it starts; removing it here makes a pullgate that never
 # started show as a node without a runtime (NotReady), not as one running pods ungated.
 if [ -L "$CRI_SOCKET" ]; then
@@ -96,19 +100,17 @@ if [ -L "$CRI_SOCKET" ]; then
 fi
 
 # 4. restart, when something changed or pullgate does not answer
-if [ -e "$PENDING" ] || ! "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-installer-probe >/dev/null 2>&1; then
+if [ -e "$PENDING" ] || ! answers; then
   say "restarting: $PULLGATE_RESTART_COMMAND"
   sh -c "$PULLGATE_RESTART_COMMAND" || die "the restart command failed"
   i=0
-  # (-S follows a link: the CRI socket must be pullgate's own, not the bootstrap link.)
-  until [ -S "$API_SOCKET" ] && [ -S "$CRI_SOCKET" ] && [ ! -L "$CRI_SOCKET" ] \
-        && "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-installer-probe >/dev/null 2>&1; do
+  until [ -S "$API_SOCKET" ] && own_cri_socket && answers; do
     i=$((i + 1)); [ "$i" -le "$WAIT" ] || die "pullgate did not answer at $API_SOCKET (and bind $CRI_SOCKET) within $WAIT s of the restart"
     sleep 1
   done
   rm -f "$PENDING"
 fi
-[ -S "$CRI_SOCKET" ] && [ ! -L "$CRI_SOCKET" ] || die "$CRI_SOCKET is not pullgate's CRI socket: is [cri] enable = true, at that socket, in pullgate's config?"
+own_cri_socket || die "$CRI_SOCKET is not pullgate's CRI socket: is [cri] enable = true, at that socket, in pullgate's config?"
 
 # 5. the sandbox image
 sandbox=${PULLGATE_SANDBOX_IMAGE:-$("$CONTAINERD_BIN" --config "$CONTAINERD_CONFIG" config dump 2>/dev/null \
