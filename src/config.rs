@@ -148,8 +148,13 @@ impl Config {
         // Principals are tenants of their own where they are required, and in k8s.io under the
         // CRI front (each pod's namespace is one) even where an operator turned that off.
         let mut tenant_principals = require_principal.clone();
+        // In the CRI front's namespace pods never reach containerd themselves (their pulls go
+        // through pullgate): what it holds unpacked before pullgate knew it was put there by the
+        // node (its operator, containerd's own sandbox image pull), and may count as preloaded.
+        let mut no_preloaded = require_principal.clone();
         if self.cri.enable {
             tenant_principals.insert(CRI_NAMESPACE.to_string());
+            no_preloaded.remove(CRI_NAMESPACE);
         }
         crate::gate::GateConfig {
             policy: self.policy.verification,
@@ -162,6 +167,7 @@ impl Config {
                 .map(|s| (s as i64).saturating_mul(1_000_000_000)),
             require_principal,
             tenant_principals,
+            no_preloaded,
         }
     }
 

@@ -35,6 +35,11 @@ pub struct GateConfig {
     /// each pod's namespace is one, and every namespace that requires principals): a refusal
     /// there names an image only from a grant of the requesting principal itself.
     pub tenant_principals: HashSet<String>,
+    /// Namespaces where nothing counts as preloaded: those whose principals are tenants that
+    /// reach containerd themselves (`require_principal`, outside the CRI front's namespace), so
+    /// a layer unpacked there before pullgate knew it may be one principal's own unmediated
+    /// pull, which must not become another principal's.
+    pub no_preloaded: HashSet<String>,
 }
 
 /// Who asks.
@@ -118,6 +123,11 @@ pub struct ChainInfo {
     /// client outside an unpack, under a name that is not a chainID, or under a name that
     /// disagrees with the chain recorded when it was prepared): nothing is unpacked onto it.
     pub unestablished: bool,
+    /// Layers among `diff_ids` that this namespace held unpacked before pullgate knew them
+    /// (unpacked while pullgate had no record of them, known only since): under
+    /// `NeverVerifyPreloadedImages` they are preloaded and need no grant, whoever pulled the
+    /// same bytes since. Established by the snapshotter from its own records, never a claim.
+    pub preloaded: Vec<String>,
 }
 
 pub struct Gate {
@@ -277,7 +287,7 @@ impl Gate {
             let mut grants = GrantView::load_covering(tx, s.namespace, &layers)?;
             self.check_chain(tx, s, parent, applied.as_deref(), false, &mut grants)?;
         }
-        let mut next = ChainInfo { chain_id: target.to_string(), diff_ids: parent.diff_ids.clone(), unknown_layers: parent.unknown_layers, unestablished: false };
+        let mut next = ChainInfo { chain_id: target.to_string(), diff_ids: parent.diff_ids.clone(), unknown_layers: parent.unknown_layers, ..Default::default() };
         match applied {
             Some(d) => next.diff_ids.push(d),
             None => {
@@ -339,7 +349,8 @@ impl Gate {
         if grants.covers_prefix(&layers, |g| self.grant_counts(s, g, per_principal, now)) {
             return Ok(());
         }
-        for d in &layers {
+        let preloaded = |d: &LayerId| self.preloaded_counts(s) && chain.preloaded.iter().any(|p| p == d.diff_id);
+        for d in layers.iter().filter(|d| !preloaded(d)) {
             self.check_layer(tx, s, d, per_principal, grants, now)?;
         }
         Ok(())
@@ -363,6 +374,13 @@ impl Gate {
         g.principal() == s.principal || g.principal().is_empty()
     }
 
+    /// Whether layers the namespace held before pullgate knew them run without a grant there:
+    /// under `NeverVerifyPreloadedImages`, outside the namespaces where a principal's own
+    /// unmediated pull could have put them.
+    pub fn preloaded_counts(&self, s: &Subject) -> bool {
+        self.cfg.policy == Policy::NeverVerifyPreloadedImages && !self.cfg.no_preloaded.contains(s.namespace)
+    }
+
     fn fresh(&self, verified_at: i64, now: i64) -> bool {
         self.cfg.reverify_after_ns.is_none_or(|age| now.saturating_sub(verified_at) <= age)
     }
@@ -379,6 +397,13 @@ impl Gate {
                 format!("pullgate pull -n {} --user USER:PASSWORD IMAGE", s.namespace),
             )),
         }
+    }
+
+    /// The protected layer, if pullgate knows one now, that an unpack step from chain `parent`
+    /// ("" for the base) to chain `target` applied: how a step unpacked while pullgate had no
+    /// record of its layer is looked up again.
+    pub fn layer_of_step(&self, tx: &impl LedgerRead, parent: &str, target: &str) -> Result<Option<String>, StoreError> {
+        self.applied_layer(tx, &ChainInfo { chain_id: parent.to_string(), ..Default::default() }, target, &[])
     }
 
     /// The layer a target chainID adds to `parent`: from the ledger's chains, from a hint the

@@ -382,7 +382,17 @@ fn index_protected(tx: &mut WriteTx, diff_id: &str, public: bool) -> Result<(), 
 
 fn log_protected(tx: &mut WriteTx, diff_id: &str) -> Result<(), StoreError> {
     let next = protected_log_last(tx)? + 1;
-    tx.put_val(Collection::ProtectedLog, &log_key(next), &diff_id.to_string())
+    tx.put_val(Collection::ProtectedLog, &log_key(next), &diff_id.to_string())?;
+    if protected_since(tx, diff_id)?.is_none() {
+        tx.put_val(Collection::ProtectedSince, diff_id, &next)?;
+    }
+    Ok(())
+}
+
+/// The protected-layer log's sequence number under which layer `diff_id` first entered the
+/// protected-layer index: from when pullgate knew it as private (None: never).
+pub fn protected_since(tx: &impl LedgerRead, diff_id: &str) -> Result<Option<u64>, StoreError> {
+    tx.get_val::<u64>(Collection::ProtectedSince, diff_id)
 }
 
 /// Set once the grant layer index (`Collection::GrantLayers`) was built; and which grants it was
@@ -439,6 +449,17 @@ pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
         })?;
         for d in all {
             log_protected(tx, &d)?;
+        }
+        Ok(())
+    })?;
+    // Each logged layer's first sequence number (a ledger older than this table logged them
+    // without it).
+    tx.once("ledger_protected_since", |tx| {
+        for (k, d) in tx.scan::<String>(Collection::ProtectedLog, "")? {
+            let seq = u64::from_str_radix(&k, 16).map_err(|e| StoreError::Corrupt { key: k.clone(), reason: format!("protected-layer log key: {e}") })?;
+            if protected_since(tx, &d)?.is_none() {
+                tx.put_val(Collection::ProtectedSince, &d, &seq)?;
+            }
         }
         Ok(())
     })?;

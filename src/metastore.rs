@@ -33,6 +33,11 @@ const ADMITTED: TableDefinition<&str, &str> = TableDefinition::new("admitted_pri
 /// the front's admission, committed as `<id>`): committed key -> the chain's name. Written only
 /// by that Commit; a container prepared on the copy is decided as the chain.
 const REMAPS: TableDefinition<&str, &str> = TableDefinition::new("remapped_chains");
+/// Unpack steps whose layer pullgate had no record of when the gate let them apply it: key ->
+/// the protected-layer log's last sequence number then (`ledger::protected_log_last`). Written
+/// only by that Prepare, carried by its Commit; no request, label or Update can set or change
+/// it. A layer that entered the log later was on the node before pullgate knew it.
+const UNKNOWN_STEPS: TableDefinition<&str, u64> = TableDefinition::new("unknown_steps");
 /// Named counters ("next_id", markers of one-time upgrades).
 /// redb's page cache. Its default, 1 GiB, lets a Walk of every snapshot (containerd's GC makes
 /// one) or a large ledger grow the daemon's resident memory with the database up to that; this
@@ -79,10 +84,13 @@ pub enum Collection {
     /// manifest contains each layer, so that an unpack step reads the grants of the layers it
     /// decides, not every grant of the namespace (`ledger::grants_with_layer`).
     GrantLayers,
+    /// diffID -> the sequence number under which the layer first entered `ProtectedLog`: when
+    /// pullgate first knew it as private.
+    ProtectedSince,
 }
 
 impl Collection {
-    const ALL: [Collection; 9] = [
+    const ALL: [Collection; 10] = [
         Collection::BlobOrigins,
         Collection::Manifests,
         Collection::Layers,
@@ -92,6 +100,7 @@ impl Collection {
         Collection::Pairings,
         Collection::ProtectedLog,
         Collection::GrantLayers,
+        Collection::ProtectedSince,
     ];
     fn def(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
         match self {
@@ -107,6 +116,7 @@ impl Collection {
             Collection::Pairings => TableDefinition::new("ledger_pairings"),
             Collection::ProtectedLog => TableDefinition::new("ledger_protected_log"),
             Collection::GrantLayers => TableDefinition::new("ledger_grant_layers"),
+            Collection::ProtectedSince => TableDefinition::new("ledger_protected_since"),
         }
     }
 }
@@ -190,7 +200,7 @@ pub struct MetaStore {
 
 /// A read transaction. Ledger tables are opened once per transaction and reused: a gate
 /// decision reads several collections many times.
-pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 9]);
+pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 10]);
 
 /// What `each_snapshot` calls with each record, until it says Break.
 pub type SnapshotVisitor<'a> = &'a mut dyn FnMut(&str, Record) -> Result<std::ops::ControlFlow<()>, StoreError>;
@@ -213,6 +223,7 @@ impl MetaStore {
         txn.open_table(OWN_CHAINS)?;
         txn.open_table(ADMITTED)?;
         txn.open_table(REMAPS)?;
+        txn.open_table(UNKNOWN_STEPS)?;
         for c in Collection::ALL {
             txn.open_table(c.def())?;
         }
@@ -547,6 +558,12 @@ impl ReadTx {
         Ok(())
     }
 
+    /// For an unpack step that applied a layer pullgate had no record of: the protected-layer
+    /// log's last sequence number when the gate let it (see [`UNKNOWN_STEPS`]).
+    pub fn unknown_at(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.0.open_table(UNKNOWN_STEPS)?.get(key)?.map(|v| v.value()))
+    }
+
     /// The chain committed snapshot `key` is containerd's user-namespace copy of, if it is one.
     pub fn remap_of(&self, key: &str) -> Result<Option<String>, StoreError> {
         Ok(self.0.open_table(REMAPS)?.get(key)?.map(|v| v.value().to_string()))
@@ -600,6 +617,17 @@ impl WriteTx {
     pub fn set_own_chain(&mut self, key: &str, chain: &str) -> Result<(), StoreError> {
         self.0.open_table(OWN_CHAINS)?.insert(key, chain)?;
         Ok(())
+    }
+
+    /// Records that unpack step `key` applied a layer pullgate had no record of, when the
+    /// protected-layer log's last sequence number was `seq`.
+    pub fn set_unknown_at(&mut self, key: &str, seq: u64) -> Result<(), StoreError> {
+        self.0.open_table(UNKNOWN_STEPS)?.insert(key, seq)?;
+        Ok(())
+    }
+
+    pub fn unknown_at(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.0.open_table(UNKNOWN_STEPS)?.get(key)?.map(|v| v.value()))
     }
 
     /// Records that committed snapshot `key` is containerd's user-namespace copy of `chain`.
@@ -690,6 +718,7 @@ impl WriteTx {
             self.0.open_table(OWN_CHAINS)?.remove(key)?;
             self.0.open_table(ADMITTED)?.remove(key)?;
             self.0.open_table(REMAPS)?.remove(key)?;
+            self.0.open_table(UNKNOWN_STEPS)?.remove(key)?;
             self.0.open_table(SNAPSHOTS)?.remove(key)?;
         }
         Ok(old)

@@ -575,19 +575,26 @@ impl Snapshotter {
         let top = crate::ledger::chain_ids(diff_ids).pop().unwrap_or_default();
         let subject = Subject { namespace, principal };
         self.store.read(|tx| -> Result<()> {
-            let claimed = ChainInfo { chain_id: top.clone(), diff_ids: diff_ids.to_vec(), ..Default::default() };
-            self.gate.use_chain(tx, &subject, &claimed)?;
             let mut candidates = tx.with_ref(&top)?;
-            if candidates.is_empty() {
+            if !candidates.iter().any(|(k, _)| namespace_of_key(k) == Some(namespace)) {
                 // A snapshot of the namespace without the label (committed by some client).
                 candidates.extend(Self::namespace_chain_snapshots(tx, namespace, &top)?);
             }
+            let mut chains = Vec::new();
             for (k, r) in candidates {
                 let mine = namespace_of_key(&k) == Some(namespace);
                 if r.kind != Kind::Committed || name_of_key(&k) != top || !(mine || tx.own_chain(&k)?.is_some()) {
                     continue;
                 }
-                self.gate.use_chain(tx, &subject, &Self::parent_chain(&k, r))?;
+                chains.push((mine, self.chain_for_use(tx, &k)?));
+            }
+            // The layers this namespace held before pullgate knew them, as its own snapshot of
+            // the chain establishes them: preloaded whichever snapshot containerd takes.
+            let preloaded: Vec<String> = chains.iter().filter(|(mine, c)| *mine && c.diff_ids == diff_ids).flat_map(|(_, c)| c.preloaded.clone()).collect();
+            let claimed = ChainInfo { chain_id: top.clone(), diff_ids: diff_ids.to_vec(), preloaded: preloaded.clone(), ..Default::default() };
+            self.gate.use_chain(tx, &subject, &claimed)?;
+            for (_, c) in chains {
+                self.gate.use_chain(tx, &subject, &ChainInfo { preloaded: preloaded.clone(), ..c })?;
             }
             Ok(())
         })?;
@@ -671,6 +678,9 @@ impl Snapshotter {
         // revoke, as if it had arrived a moment earlier.
         let subject = Subject { namespace: &namespace, principal: &principal };
         let mut unrecorded = false;
+        // An unpack step applying a layer pullgate has no record of: where the protected-layer
+        // log stood, so that a layer it learns of later is known to have been here before.
+        let mut unknown_at = None;
         let (parent_id, chain) = self.store.read(|tx| -> Result<_> {
             let (parent_id, parent_chain) = match parent {
                 "" => (None, ChainInfo::default()),
@@ -687,6 +697,9 @@ impl Snapshotter {
                     let hints = Self::layer_hints(tx, &labels)?;
                     let next = self.gate.extract_hinted(tx, &subject, &parent_chain, t, &hints)?;
                     unrecorded = crate::ledger::chain(tx, t)?.is_none();
+                    if next.unknown_layers > parent_chain.unknown_layers {
+                        unknown_at = Some(crate::ledger::protected_log_last(tx)?);
+                    }
                     // An authorised unpack of a chain that pullgate's own pull unpacked (in any
                     // namespace): containerd adopts it. Only then does containerd look for the
                     // snapshot, so a snapshot a client made is never offered.
@@ -696,8 +709,8 @@ impl Snapshotter {
                     next
                 }
                 None => {
-                    self.gate.use_chain(tx, &subject, &parent_chain)?;
-                    ChainInfo { chain_id: String::new(), ..parent_chain }
+                    self.gate.use_chain(tx, &subject, &self.chain_for_use(tx, parent)?)?;
+                    ChainInfo { chain_id: String::new(), preloaded: vec![], ..parent_chain }
                 }
             };
             // After the gate: an existing key answers nothing before the gate has decided.
@@ -734,6 +747,9 @@ impl Snapshotter {
             };
             self.bind_own_extraction(key, id)?;
             tx.put(key, &rec)?;
+            if let Some(seq) = unknown_at {
+                tx.set_unknown_at(key, seq)?;
+            }
             if admitted {
                 tx.set_admitted(key, &principal)?;
             }
@@ -771,6 +787,72 @@ impl Snapshotter {
         Ok(out)
     }
 
+    /// What the gate takes as the chain under a new container or view on committed snapshot
+    /// `key` ("" for none): its recorded chain ([`Self::parent_chain`]), with each layer one of
+    /// its unpack steps applied while pullgate had no record of it looked up again (pullgate may
+    /// know it now, as private), and marked preloaded when it entered the protected-layer log
+    /// after that step (the namespace held it before pullgate knew it). A chain whose steps
+    /// pullgate cannot follow keeps its record's reading.
+    fn chain_for_use(&self, tx: &crate::metastore::ReadTx, key: &str) -> Result<ChainInfo> {
+        if key.is_empty() {
+            return Ok(ChainInfo::default());
+        }
+        let r = tx.get(key)?.ok_or_else(|| SnapshotterError::NotFound(key.into()))?;
+        let recorded = Self::parent_chain(key, r);
+        if recorded.unknown_layers == 0 {
+            return Ok(recorded);
+        }
+        Ok(self.unknown_steps_looked_up(tx, key)?.map(|c| ChainInfo { unestablished: recorded.unestablished, ..c }).unwrap_or(recorded))
+    }
+
+    /// The chain of committed snapshot `key` read step by step from the base: a step that
+    /// applied a known layer adds it, one that applied a layer pullgate had no record of adds
+    /// the protected layer the gate now finds for it (preloaded if it entered the protected-layer
+    /// log after the step), or stays unknown; a snapshot that added no layer (a copy, a commit
+    /// of a container's changes) adds nothing. None when a step is not one pullgate can follow.
+    fn unknown_steps_looked_up(&self, tx: &crate::metastore::ReadTx, key: &str) -> Result<Option<ChainInfo>> {
+        let mut steps = Vec::new();
+        let mut next = key.to_string();
+        while !next.is_empty() {
+            let r = tx.get(&next)?.ok_or_else(|| SnapshotterError::Store(StoreError::Corrupt { key: next.clone(), reason: "ancestor missing".into() }))?;
+            let parent = r.parent.clone();
+            steps.push((next, r));
+            next = parent;
+        }
+        let mut out = ChainInfo::default();
+        let (mut known, mut unknown) = (0usize, 0u32);
+        for (k, r) in steps.into_iter().rev() {
+            let (added_known, added_unknown) = (r.diff_ids.len().checked_sub(known), r.unknown_layers.checked_sub(unknown));
+            let (rec_known, rec_unknown) = (r.diff_ids.len(), r.unknown_layers);
+            let applied = r.diff_ids.last().cloned();
+            let step = Self::parent_chain(&k, r);
+            match (added_known, added_unknown) {
+                (Some(0), Some(0)) => continue,
+                _ if step.unestablished || step.chain_id.is_empty() => return Ok(None),
+                (Some(1), Some(0)) => {
+                    let Some(d) = applied.filter(|d| crate::ledger::chain_id(&out.chain_id, d) == step.chain_id) else { return Ok(None) };
+                    out.diff_ids.push(d);
+                }
+                (Some(0), Some(1)) => match self.gate.layer_of_step(tx, &out.chain_id, &step.chain_id)? {
+                    Some(d) => {
+                        let since = crate::ledger::protected_since(tx, &d)?;
+                        if let (Some(at), Some(since)) = (tx.unknown_at(&k)?, since) {
+                            if since > at {
+                                out.preloaded.push(d.clone());
+                            }
+                        }
+                        out.diff_ids.push(d);
+                    }
+                    None => out.unknown_layers += 1,
+                },
+                _ => return Ok(None),
+            }
+            (known, unknown) = (rec_known, rec_unknown);
+            out.chain_id = step.chain_id;
+        }
+        Ok(Some(out))
+    }
+
     /// What the gate may take as the chain of committed snapshot `key`: the chain recorded when
     /// it was prepared as an unpack step, and its committed name when that is a chainID (as
     /// containerd's unpackers name them, and compute the next layer's target from). When
@@ -789,6 +871,7 @@ impl Snapshotter {
             chain_id: chain_id.unwrap_or_default(),
             diff_ids: r.diff_ids,
             unknown_layers: r.unknown_layers,
+            preloaded: vec![],
         }
     }
 
@@ -834,7 +917,12 @@ impl Snapshotter {
                 true => tx.admitted(key)?.unwrap_or_default(),
                 false => r.labels.get(PRINCIPAL_LABEL).cloned().unwrap_or_default(),
             };
-            let chain = ChainInfo { diff_ids: r.diff_ids.clone(), unknown_layers: r.unknown_layers, ..Default::default() };
+            // A container or view: its parent's chain, as a new one on it would be decided; an
+            // unpack step (or a snapshot on nothing): what its record says.
+            let chain = match extract_target(r.kind, key).is_none() && !r.parent.is_empty() {
+                true => self.chain_for_use(tx, &r.parent)?,
+                false => ChainInfo { diff_ids: r.diff_ids.clone(), unknown_layers: r.unknown_layers, ..Default::default() },
+            };
             self.gate.use_chain(tx, &Subject { namespace: &r.namespace, principal: &principal }, &chain)?;
             let parents = Self::chain(|k| tx.get(k), &r.parent)?;
             Ok(self.layout.mounts(r.kind, r.id, &parents))
@@ -872,7 +960,11 @@ impl Snapshotter {
                 Some(id) if id == name_of_key(name) && !r.parent.is_empty() && tx.admitted(key)?.is_some() => Some(name_of_key(&r.parent).to_string()),
                 _ => None,
             };
+            let unknown_at = tx.unknown_at(key)?;
             tx.delete(key)?;
+            if let Some(seq) = unknown_at {
+                tx.set_unknown_at(name, seq)?;
+            }
             if let Some(chain) = &remap_of {
                 tx.set_remap_of(name, chain)?;
             }
@@ -1432,6 +1524,61 @@ mod tests {
         // Outside the front's namespaces the label is the principal, as before.
         assert!(matches!(s.prepare("other/4/c", &format!("other/2/{chain}"), Labels::from([(PRINCIPAL_LABEL.to_string(), "a/../b".to_string())]), None),
             Err(SnapshotterError::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn layers_unpacked_before_pullgate_knew_them_are_looked_up_again_and_preloaded_only_where_no_principal_could_have_put_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = crate::gate::GateConfig { require_principal: ["t".to_string()].into(), no_preloaded: ["t".to_string()].into(), ..Default::default() };
+        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, std::sync::Arc::new(Gate::new(cfg))).unwrap();
+        let (a, b) = (dg('a'), dg('b'));
+        let (c1, c2) = (ledger::chain_id("", &a), ledger::chain_id(&ledger::chain_id("", &a), &b));
+        // Namespaces n (no principals) and t (principals required) unpack an image pullgate
+        // has no record of (a plain ctr pull): both layers unknown.
+        let unpack = |ns: &str| {
+            s.prepare(&format!("{ns}/1/extract-1 {c1}"), "", Labels::new(), None).unwrap();
+            s.commit(&format!("{ns}/2/{c1}"), &format!("{ns}/1/extract-1 {c1}"), Labels::new()).unwrap();
+            s.prepare(&format!("{ns}/3/extract-2 {c2}"), &format!("{ns}/2/{c1}"), Labels::new(), None).unwrap();
+            s.commit(&format!("{ns}/4/{c2}"), &format!("{ns}/3/extract-2 {c2}"), Labels::new()).unwrap();
+        };
+        unpack("n");
+        unpack("t");
+        // Then pullgate learns both layers as private (a credentialed pull of the same image),
+        // and principal p1 of t holds a grant for it.
+        s.store
+            .write(|tx| -> std::result::Result<(), ledger::LedgerError> {
+                for (blob, layer) in [('1', &a), ('2', &b)] {
+                    ledger::record_pairing(tx, &crate::diffid::Verified::for_test(&dg(blob), layer))?;
+                    ledger::record_blob(tx, &dg(blob), "reg:5000/x", "hmac-sha256:a", 1)?;
+                }
+                let rec = ledger::ManifestRec { layers: vec![dg('1'), dg('2')], diff_ids: vec![a.clone(), b.clone()], ..Default::default() };
+                ledger::record_manifest(tx, &dg('m'), &rec)?;
+                ledger::put_grant(tx, "t", "p1", "reg:5000/x", &dg('m'), "hmac-sha256:a", now_nanos())?;
+                Ok(())
+            })
+            .unwrap();
+        let p = |who: &str| Labels::from([(PRINCIPAL_LABEL.to_string(), who.to_string())]);
+        // n held the layers before pullgate knew them: preloaded there, no grant needed.
+        s.prepare("n/5/c", &format!("n/4/{c2}"), Labels::new(), None).unwrap();
+        s.mounts("n/5/c").unwrap();
+        // In t a principal may have pulled them itself: the layers are looked up again and p2,
+        // without a grant, is refused the chain p1 unpacked; p1 runs it.
+        let e = s.prepare("t/5/c", &format!("t/4/{c2}"), p("p2"), None).unwrap_err();
+        assert!(e.to_string().contains("no grant"), "{e}");
+        s.prepare("t/6/c", &format!("t/4/{c2}"), p("p1"), None).unwrap();
+        s.mounts("t/6/c").unwrap();
+        // A namespace that unpacks them now that they are known needs a grant.
+        let e = s.prepare(&format!("m/1/extract-1 {c1}"), "", Labels::new(), None).unwrap_err();
+        assert!(e.to_string().contains("no grant"), "{e}");
+        // The CRI front's decision reads the same: n's own snapshot of the chain makes them
+        // preloaded; t's does not.
+        assert_eq!(s.decide_container("n", "", &[a.clone(), b.clone()]).unwrap(), c2);
+        assert!(s.decide_container("t", "p2", &[a.clone(), b.clone()]).is_err());
+        // A step recorded as unpacked after the layers entered the protected-layer log: looked
+        // up again, not preloaded.
+        s.store.write(|tx| -> Result<()> { Ok(tx.set_unknown_at(&format!("n/4/{c2}"), u64::MAX)?) }).unwrap();
+        let e = s.prepare("n/6/c", &format!("n/4/{c2}"), Labels::new(), None).unwrap_err();
+        assert!(e.to_string().contains("no grant"), "{e}");
     }
 
     #[test]
