@@ -168,7 +168,9 @@ impl Api {
     }
 
     /// Would (namespace, principal) be allowed to run the image? The same decision the gate
-    /// makes on a container's Prepare, from the ledger alone.
+    /// makes on a container's Prepare, from the ledger alone, over the manifests by that name
+    /// the requester verified and the public ones: a name only other tenants pulled is answered
+    /// as a name nobody pulled.
     fn check(&self, r: &proto::CheckRequest) -> Result<std::result::Result<(), String>> {
         validate_name("namespace", &r.namespace, false)?;
         validate_principal(&r.principal)?;
@@ -179,8 +181,11 @@ impl Api {
                 Some(d) => ledger::manifest(tx, d)?.map(|m| vec![(d.clone(), m)]).unwrap_or_default(),
                 None => ledger::manifests_named(tx, &self.origins_of(&reference), &reference.image_name())?,
             };
+            let found = self.own_or_public(tx, &subject, found)?;
             let chains: Vec<ChainInfo> = if found.is_empty() {
-                vec![ChainInfo { unknown_layers: 1, ..Default::default() }]
+                // Nothing under that name the requester verified, nor a public image: the same
+                // answer whether another tenant pulled it privately or nobody did.
+                return Ok(self.gate.no_grant_for_image(&subject));
             } else {
                 found
                     .into_iter()
@@ -217,6 +222,31 @@ impl Api {
             }
             Err(e @ GateError::Ledger(_)) => Ok(Err(e.to_string())),
         }
+    }
+
+    /// The manifests among `found` that `check` may decide for `s`: those a grant of its own
+    /// (or a namespace-wide one, where principals are not required) names, and those whose
+    /// every layer is public. What other tenants pulled privately stays out of the answer, so
+    /// that `check` tells nobody what others run.
+    fn own_or_public(&self, tx: &impl crate::metastore::LedgerRead, s: &Subject, found: Vec<(String, ledger::ManifestRec)>) -> std::result::Result<Vec<(String, ledger::ManifestRec)>, StoreError> {
+        if found.is_empty() {
+            return Ok(found);
+        }
+        let mut granted: std::collections::HashSet<String> = ledger::grants_of(tx, s.namespace, s.principal)?.iter().map(|g| g.manifest().to_string()).collect();
+        if !s.principal.is_empty() && !self.gate.cfg.require_principal.contains(s.namespace) {
+            granted.extend(ledger::grants_of(tx, s.namespace, "")?.iter().map(|g| g.manifest().to_string()));
+        }
+        let mut out = Vec::new();
+        for (d, m) in found {
+            let mut public = true;
+            for l in &m.diff_ids {
+                public = public && ledger::layer(tx, l)?.is_some_and(|r| r.public);
+            }
+            if public || granted.contains(&d) {
+                out.push((d, m));
+            }
+        }
+        Ok(out)
     }
 
     /// What pullgate recorded about `target` (a reference, or a manifest, layer or blob

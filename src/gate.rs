@@ -259,6 +259,23 @@ impl Gate {
         format!("pullgate verify -n {}{p} --user USER:PASSWORD {}", s.namespace, image.unwrap_or("IMAGE"))
     }
 
+    /// The answer to a question about an image `s` holds no grant for and pullgate knows no
+    /// public image by: allowed under `NeverVerify`, else refused with the fix. It says nothing
+    /// of whether another tenant pulled the image (see `pullgate check`).
+    pub fn no_grant_for_image(&self, s: &Subject) -> Result<(), GateError> {
+        if self.cfg.policy == Policy::NeverVerify {
+            return Ok(());
+        }
+        Err(self.deny(
+            s,
+            DenyReason::NoGrant,
+            "a layer".into(),
+            None,
+            "no grant of this namespace and principal covers the image, and pullgate knows no public image by that name (an image it has no record of may still run where the policy lets it)".into(),
+            self.fix_verify(s, None),
+        ))
+    }
+
     /// Extract: which layer an unpack step with target chain `target` on top of `parent`
     /// applies, and whether namespace `s.namespace` may materialise it. Returns the new chain.
     pub fn extract(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo, target: &str) -> Result<ChainInfo, GateError> {

@@ -35,12 +35,17 @@
 #  15. an impostor on a plain-http registry's port (the registry gone), serving team-a's
 #      manifest and answering HEAD for every blob but serving none: pods of other namespaces,
 #      with no secret or a made-up one, get nothing from the node: refused, nothing recorded.
-#  16. a public image preloaded on the node (containerd's own CRI pull) and a private repository
-#      serving the same bytes: after team-a pulls the private name through the front (or before
-#      the preload), pods without a secret still run the public name (pullgate verifies it at
-#      its own origin without a credential, and says so in its log); the private image of 2
-#      stays refused to them; a tenant naming the same bytes in four private repositories of
-#      its own (their names listed first) takes nothing from them.
+#  16. a public image on the node (containerd's own CRI pull) and a private repository serving
+#      the same bytes: preloaded before team-a pulls the private name through the front, pods
+#      without a secret still run it (preloaded, nothing asked of its origin); pulled by the node
+#      after, they run it too (pullgate verifies it at its own origin without a credential, and
+#      says so in its log); the private image of 2 stays refused to them; a tenant naming the
+#      same bytes in four private repositories of its own (their names listed first) takes
+#      nothing from them.
+#  17. an image the node preloads from a registry that needs a login: pods without a secret
+#      run it after team-a pulls an image built FROM it and after a tenant pulls the same bytes
+#      from a repository of its own, and with its registry down; an image the node pulls only
+#      after such a tenant's pull is refused to them (the control).
 # The registries of 4 and 14 serve TLS with this run's CA (use_tls_registries): what spares a
 # download is an endpoint pullgate verified.
 # About a minute per containerd version.
@@ -73,11 +78,20 @@ mk "$WORK/dup" --tag v1 --message "$DUPMSG" --extra-layers 1 --layer-mb 0.1 --se
 mk "$WORK/dup2" --tag v1 --message "$DUP2MSG" --extra-layers 1 --layer-mb 0.1 --seed 53
 mk "$WORK/dup3" --tag v1 --message "$DUP3MSG" --extra-layers 1 --layer-mb 0.1 --seed 55
 mk "$WORK/ipriv" --tag v1 --message "$IMPMSG" --extra-layers 1 --layer-mb 0.1 --seed 41
+# For 17: an image the node preloads from a registry that needs a login; an image of team-a's
+# built FROM it (every layer but the top one); a control image the node pulls only later.
+PREMSG="preloaded from a registry that needs a login"
+LATEMSG="pulled by the node after a tenant's pull"
+mk "$WORK/qpre" --tag v1 --message "$PREMSG" --base-note "17's preloaded base" --extra-layers 1 --layer-mb 0.1 --seed 61
+mk "$WORK/qfrom" --tag v1 --message "team-a's app on the preloaded base" --base-note "17's preloaded base" --extra-layers 1 --layer-mb 0.1 --seed 61
+mk "$WORK/qlate" --tag v1 --message "$LATEMSG" --base-note "17's late base" --extra-layers 1 --layer-mb 0.1 --seed 63
 start_registry pub || exit 1
 start_registry imp htpasswd alice "$PW_ALICE" || exit 1
 IMP_PID=${LAUNCHED[0]}
 use_tls_registries || exit 1
 start_registry h htpasswd alice "$PW_ALICE" carol "$PW_CAROL" || exit 1
+start_registry q htpasswd alice "$PW_ALICE" || exit 1
+Q_PID=${LAUNCHED[0]}
 start_registry bad || exit 1
 cat > "$WORK/acl.json" <<JSON
 {"users": {"alice": "$PW_ALICE", "admin": "$PW_ADMIN", "ci:bot": "$PW_CI"}, "access": {"alice": ["private/*"], "admin": ["*"], "ci:bot": ["private/*"]}, "push": ["admin"]}
@@ -99,6 +113,11 @@ for try in $(seq 1 40); do
   kill "${LAUNCHED[0]}"; rm -rf "$WORK/registry-x" "$REG_HOSTS/$REG_x"
 done
 [[ "$REG_x" < "$REG_pub" ]] || fail "16: no port for mallory's registry sorting before $REG_pub in 40 tries"
+QPRE=$REG_q/private/pre:v1
+push_image "$WORK/qpre" v1 "$QPRE" "alice:$PW_ALICE" && push_image "$WORK/qpre" v1 "$REG_x/aaa5/pre:v1" "mallory:$PW_MAL" \
+  && push_image "$WORK/qfrom" v1 "$REG_h/private/onpre:v1" "alice:$PW_ALICE" \
+  && push_image "$WORK/qlate" v1 "$REG_q/private/late:v1" "alice:$PW_ALICE" && push_image "$WORK/qlate" v1 "$REG_x/aaa6/late:v1" "mallory:$PW_MAL" \
+  || fail "push 17's images"
 push_image "$WORK/dup3" v1 "$REG_pub/public/dup3:v1" || fail "push dup3 publicly"
 for i in 1 2 3 4; do push_image "$WORK/dup3" v1 "$REG_x/aaa$i/dup3:v1" "mallory:$PW_MAL" || fail "push dup3 to mallory's aaa$i"; done
 # The same images public (anonymous registry) and private (htpasswd registry).
@@ -123,7 +142,7 @@ JSON
 fi
 # (No [namespaces."k8s.io"] table in pullgate's config: with the CRI front on, k8s.io requires a
 # principal by default.)
-start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_h" "$REG_bad" "$REG_t" "$REG_imp" "$REG_x" || exit 1
+start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_h" "$REG_bad" "$REG_t" "$REG_imp" "$REG_x" "$REG_q" || exit 1
 check "pullgate's CRI socket is readable by root only" test "$(stat -c %a "$PG/cri.sock")" = 600
 
 front() { "$CRI_BIN" --socket "$PG/cri.sock" "$@"; }
@@ -837,30 +856,36 @@ check_out "16: pullgate now holds the layers as protected (pullgate inspect of t
 run_pod front pre-2 team-p2 || fail "16: RunPodSandbox team-p2/pre-2"; SID_P2=$SID
 mark=$(wc -l < "$PG/log"); pmark=$(wc -l < "$WORK/registry-pub/log")
 check_out "16: team-p2's pod, without a secret, still runs the public image" "$DUPMSG" run_in front pre-2 team-p2 "$SID_P2" p2 "$REG_pub/public/dup:v1"
-check "16: pullgate says why: public at its own origin ($REG_pub/public/dup)" \
-  grep -q "public at its own origin.*public_at=$REG_pub/public/dup:v1" <(tail -n +"$((mark + 1))" "$PG/log")
-check "16: it asked that origin without a credential (the public registry's log shows the manifest)" \
-  grep -q '"[A-Z]* /v2/public/dup/manifests/' <(tail -n +"$((pmark + 1))" "$WORK/registry-pub/log")
-# The verify was of the name pinned to the record's manifest: inspect names it so.
-DUP_MD=$(pg inspect "$REG_h/private/dup:v1" | awk '/^manifest /{print $2; exit}')
-out=$(pg inspect "$REG_pub/public/dup@$DUP_MD" 2>&1); rc=$?
-check "16: pullgate inspect of the public name shows every layer public (its bytes came from that origin without a credential; rc=$rc)" \
-  bash -c '[ "$0" -eq 0 ] && grep -qE "\) public$" <<<"$1" && ! grep -qE "\) protected$" <<<"$1"' "$rc" "$out"
+check "16: pullgate says why: the node held its layers before pullgate knew them (preloaded)" \
+  grep -q "held unpacked before pullgate knew them (preloaded)" <(tail -n +"$((mark + 1))" "$PG/log")
+check "16: it asked nothing of the image's origin (no manifest request in the public registry's log)" \
+  not grep -q '"[A-Z]* /v2/public/dup/manifests/' <(tail -n +"$((pmark + 1))" "$WORK/registry-pub/log")
 check_refused "16: team-p2's pod is still refused team-a's private image of 2 (its names verify nowhere without a credential)" \
   "$REFUSED team-p2/pre-2" "$PRIVMSG" run_in front pre-2 team-p2 "$SID_P2" p2x "$PRIV"
 # The other order: the private name first, then the node preloads the public one.
 check_out "16: team-a pulls the private name of another image first" '"image_ref":"sha256:' pull_as dup-a team-a "$REG_h/private/dup2:v1" "alice:$PW_ALICE"
-check "16: then the node preloads its public name (containerd's own CRI pull)" direct PullImage "{\"image\":{\"image\":\"$REG_pub/public/dup2:v1\"}}"
+check "16: then the node pulls its public name (containerd's own CRI pull)" direct PullImage "{\"image\":{\"image\":\"$REG_pub/public/dup2:v1\"}}"
 run_pod front pre-3 team-p3 || fail "16: RunPodSandbox team-p3/pre-3"
+mark=$(wc -l < "$PG/log"); pmark=$(wc -l < "$WORK/registry-pub/log")
 check_out "16: team-p3's pod, without a secret, runs the public name" "$DUP2MSG" run_in front pre-3 team-p3 "$SID" p3 "$REG_pub/public/dup2:v1"
+check "16: pullgate says why: public at its own origin ($REG_pub/public/dup2)" \
+  grep -q "public at its own origin.*public_at=$REG_pub/public/dup2:v1" <(tail -n +"$((mark + 1))" "$PG/log")
+check "16: it asked that origin without a credential (the public registry's log shows the manifest)" \
+  grep -q '"[A-Z]* /v2/public/dup2/manifests/' <(tail -n +"$((pmark + 1))" "$WORK/registry-pub/log")
+# The verify was of the name pinned to the record's manifest: inspect names it so.
+DUP_MD=$(pg inspect "$REG_h/private/dup2:v1" | awk '/^manifest /{print $2; exit}')
+out=$(pg inspect "$REG_pub/public/dup2@$DUP_MD" 2>&1); rc=$?
+check "16: pullgate inspect of the public name shows every layer public (its bytes came from that origin without a credential; rc=$rc)" \
+  bash -c '[ "$0" -eq 0 ] && grep -qE "\) public$" <<<"$1" && ! grep -qE "\) protected$" <<<"$1"' "$rc" "$out"
 
 # A tenant names the public image's bytes in four repositories of its own (private, sorting
-# before the public name): the pod asking for the public name still runs it.
-check "16: the node preloads $REG_pub/public/dup3:v1 (containerd's own CRI pull)" direct PullImage "{\"image\":{\"image\":\"$REG_pub/public/dup3:v1\"}}"
+# before the public name), before the node pulls the public name: the pod asking for the
+# public name still runs it.
 run_pod front mal-1 team-m || fail "16: RunPodSandbox team-m/mal-1"
 for i in 1 2 3 4; do
   check "16: team-m pulls the same bytes as $REG_x/aaa$i/dup3:v1 with its own secret" pull_as mal-1 team-m "$REG_x/aaa$i/dup3:v1" "mallory:$PW_MAL"
 done
+check "16: then the node pulls $REG_pub/public/dup3:v1 (containerd's own CRI pull)" direct PullImage "{\"image\":{\"image\":\"$REG_pub/public/dup3:v1\"}}"
 names=$(front ImageStatus "{\"image\":{\"image\":\"$REG_pub/public/dup3:v1\"}}" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["image"]["repo_tags"]))')
 check "16: the image's names list team-m's four first ($names)" test "$(awk '{print $5}' <<<"$names")" = "$REG_pub/public/dup3:v1"
 run_pod front pre-4 team-p4 || fail "16: RunPodSandbox team-p4/pre-4"
@@ -868,6 +893,45 @@ run_pod front pre-4 team-p4 || fail "16: RunPodSandbox team-p4/pre-4"
 DUP3_ID=$(front ImageStatus "{\"image\":{\"image\":\"$REG_pub/public/dup3:v1\"}}" | jget image.id)
 check_out "16: team-p4's pod, without a secret, runs the public name all the same (its own name is asked first)" "$DUP3MSG" \
   run_in front pre-4 team-p4 "$SID" p4 "$DUP3_ID\",\"user_specified_image\":\"$REG_pub/public/dup3:v1"
+
+log "17. an image preloaded from a registry that needs a login stays the node's, whatever tenants pull"
+# The node preloads it with its own credential (containerd's own CRI pull): pullgate has no
+# record of its layers, and pods need no secret to run it (NeverVerifyPreloadedImages).
+check "17: the node preloads $QPRE with a credential of its own (containerd's own CRI pull)" \
+  direct PullImage "{\"image\":{\"image\":\"$QPRE\"},\"auth\":{\"username\":\"alice\",\"password\":\"$PW_ALICE\"}}"
+run_pod front q1 team-q1 || fail "17: RunPodSandbox team-q1/q1"
+check_out "17: a pod without a secret runs it" "$PREMSG" run_in front q1 team-q1 "$SID" q1 "$QPRE"
+# team-a pulls its own private image built FROM it, with alice's secret: pullgate now knows
+# every layer of the preloaded image but its top one as private.
+check "17: team-a pulls an image built FROM it ($REG_h/private/onpre:v1) with alice's secret" pull_as dup-a team-a "$REG_h/private/onpre:v1" "alice:$PW_ALICE"
+run_pod front q2 team-q2 || fail "17: RunPodSandbox team-q2/q2"
+check_out "17: a pod without a secret still runs the preloaded image" "$PREMSG" run_in front q2 team-q2 "$SID" q2 "$QPRE"
+# The re-hosting attacker: mallory pulls the very same image from a repository of her own with
+# her own secret. Every layer of it is now known to pullgate, as private.
+run_pod front mal-2 team-m || fail "17: RunPodSandbox team-m/mal-2"
+check "17: mallory pulls the same bytes as $REG_x/aaa5/pre:v1 with her own secret" pull_as mal-2 team-m "$REG_x/aaa5/pre:v1" "mallory:$PW_MAL"
+out=$(pg inspect "$REG_x/aaa5/pre:v1" 2>&1); rc=$?
+check "17: pullgate holds every layer of it protected (inspect; rc=$rc)" \
+  bash -c '[ "$0" -eq 0 ] && grep -qE "\) protected$" <<<"$1" && ! grep -qE "\) public$" <<<"$1"' "$rc" "$out"
+run_pod front q3 team-q3 || fail "17: RunPodSandbox team-q3/q3"; SID_Q3=$SID
+mark=$(wc -l < "$PG/log")
+check_out "17: a pod without a secret still runs the preloaded image" "$PREMSG" run_in front q3 team-q3 "$SID_Q3" q3 "$QPRE"
+check "17: pullgate says why: the node held its layers before pullgate knew them (preloaded)" \
+  grep -q "held unpacked before pullgate knew them (preloaded)" <(tail -n +"$((mark + 1))" "$PG/log")
+# The control: the same attack on an image the node pulls only after mallory's pull. pullgate
+# knew its layers as private first, so nothing makes them preloaded: the pod is refused.
+check "17: mallory pulls $REG_x/aaa6/late:v1 with her own secret" pull_as mal-2 team-m "$REG_x/aaa6/late:v1" "mallory:$PW_MAL"
+check "17: then the node pulls the same image as $REG_q/private/late:v1 (containerd's own CRI pull)" \
+  direct PullImage "{\"image\":{\"image\":\"$REG_q/private/late:v1\"},\"auth\":{\"username\":\"alice\",\"password\":\"$PW_ALICE\"}}"
+check_refused "17: a pod without a secret is refused that image (its layers were known as private before the node held them)" \
+  "$REFUSED team-q3/q3" "$LATEMSG" run_in front q3 team-q3 "$SID_Q3" q3l "$REG_q/private/late:v1"
+# The origin goes down: the preloaded image needs nothing from it.
+kill "$Q_PID"; wait "$Q_PID" 2>/dev/null
+check "17: the preloaded image's registry is down" not curl -s -o /dev/null --cacert "$WORK/ca/ca.pem" "https://$REG_q/v2/"
+run_pod front q4 team-q4 || fail "17: RunPodSandbox team-q4/q4"
+check_out "17: a pod without a secret still runs the preloaded image, its origin down" "$PREMSG" run_in front q4 team-q4 "$SID" q4 "$QPRE"
+check_refused "17: team-q4 is still refused team-a's image built FROM it" "$REFUSED team-q4/q4" "team-a's app" \
+  run_in front q4 team-q4 "$SID" q4x "$REG_h/private/onpre:v1"
 
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
 PATS=$WORK/secret-patterns

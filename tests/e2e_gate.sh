@@ -27,6 +27,9 @@ DUPMSG="public app also served privately"
 mk "$WORK/dup" --tag v1 --message "$DUPMSG" --extra-layers 1 --layer-mb 0.1 --seed 61
 mk "$WORK/dup2" --tag v1 --message "$DUPMSG (2)" --extra-layers 1 --layer-mb 0.1 --seed 63
 mk "$WORK/dup4" --tag v1 --message "$DUPMSG (4)" --extra-layers 1 --layer-mb 0.1 --seed 65
+# For 7b: a private image of its own (its base too) that only plain ctr pulls at first.
+OWNMSG="pulled by a principal with plain ctr"
+mk "$WORK/own" --tag v1 --message "$OWNMSG" --base-note "7b's own base" --extra-layers 1 --layer-mb 0.1 --seed 67
 start_registry pub || exit 1
 # The private images' registries serve TLS (use_tls_registries): what spares a download (5, 5b,
 # 13) is an endpoint pullgate verified. The public one stays plain http.
@@ -55,6 +58,8 @@ ORIGIN_tm=$ORIGIN_SCHEME$REG_t/private/mirror
 push_image "$WORK/pub" v1 "$PUB" "" --all && push_image "$WORK/pre" v1 "$PRE" && push_image "$WORK/priv" v1 "$HPRIV" "alice:$PW_ALICE" \
   && push_image "$WORK/priv" v1 "$TPRIV" "admin:$PW_ADMIN" && push_image "$WORK/probed" v1 "$PROBED" "admin:$PW_ADMIN" \
   && push_image "$WORK/unprobed" v1 "$UNPROBED" "admin:$PW_ADMIN" || { fail "push test images"; exit 1; }
+OWN=$REG_h/private/own:v1
+push_image "$WORK/own" v1 "$OWN" "alice:$PW_ALICE" || fail "push 7b's image"
 for i in dup dup2 dup4; do
   push_image "$WORK/$i" v1 "$REG_pub/public/$i:v1" && push_image "$WORK/$i" v1 "$REG_h/private/$i:v1" "alice:$PW_ALICE" || fail "push $i publicly and privately"
 done
@@ -524,6 +529,26 @@ check_refused "require_principal: a run without the label is refused" "requires 
 check_out "require_principal: pod1 runs" "$LEAK" run_img RP r5 --snapshotter-label "$PL=pod1" "$TPRIV"
 check_refused "require_principal: a namespace-wide grant does not admit pod2" "$DENIED \"RP\" \\(principal \"pod2\"\\)" "$LEAK" \
   run_img RP r6 --snapshotter-label "$PL=pod2" "$TPRIV"
+
+log "7b. a principal's own unmediated pull does not become another principal's"
+# pod1 pulls a private image with plain ctr (alice's password, which pullgate never sees): its
+# layers are unpacked while pullgate has no record of them. Namespace RQ (no principals) holds the
+# same image unpacked the same way. Then pod1 verifies it: pullgate knows the layers as private.
+check "RQ: plain ctr pulls $OWN with alice's password" ctr_ -n RQ images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$OWN"
+check "RP: plain ctr pulls it too" ctr_ -n RP images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$OWN"
+check_out "RP: pod1 runs it (pullgate has no record of its layers: NeverVerifyPreloadedImages)" "$OWNMSG" run_img RP o1 --snapshotter-label "$PL=pod1" "$OWN"
+check "RP: pod1 verifies it with alice's password" pg verify -n RP --principal pod1 "${REGF[@]}" --user "alice:$PW_ALICE" "$OWN"
+check_out "its layers are now protected (inspect)" ") protected" pg inspect "$OWN"
+check_refused "RP: pod2, without a grant, is refused the chain pod1 unpacked (its layers are looked up again)" "$DENIED \"RP\" \\(principal \"pod2\"\\).*no grant" "$OWNMSG" \
+  run_img RP o2 --snapshotter-label "$PL=pod2" "$OWN"
+check_refused "RP: a run without a principal is refused too" "requires a principal" "$OWNMSG" run_img RP o3 "$OWN"
+check_out "RP: pod1 still runs it (its own grant)" "$OWNMSG" run_img RP o4 --snapshotter-label "$PL=pod1" "$OWN"
+# The same chain where no principal could have put it: RQ held it before pullgate knew its
+# layers, so there it is preloaded and runs for anyone without a grant.
+check_out "RQ: pod2 runs it without a grant (preloaded: RQ held it before pullgate knew its layers)" "$OWNMSG" \
+  run_img RQ o5 --snapshotter-label "$PL=pod2" "$OWN"
+check_refused "a namespace that unpacks it now needs a grant (R7's plain ctr pull with alice's password)" "$DENIED \"R7\"" "$OWNMSG" \
+  ctr_ -n R7 images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$OWN"
 restart_pullgate "" || exit 1
 
 log "8. policies"
@@ -594,6 +619,29 @@ check "AlwaysVerify: plain ctr fetches its public name into P12" ctr_ -n P12 con
 check_out "AlwaysVerify: P12's ctr run unpacks and runs it" "$DUPMSG (4)" run_img P12 d5 "$REG_pub/public/dup4:v1"
 check_refused "AlwaysVerify: P12's plain ctr pull of A's private image is still refused" "$DENIED \"P12\"" "$LEAK" \
   ctr_ -n P12 images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$HPRIV"
+restart_pullgate || exit 1
+
+log "8c. pullgate check answers alike for a name another tenant pulled privately and for a name nobody pulled"
+HPRIV_MD=$(pg inspect "$HPRIV" | awk '/^manifest /{print $2; exit}')
+NOBODY=$REG_h/private/nobody:v1
+NOBODY_MD=sha256:$(printf 'nobody' | sha256sum | cut -c1-64)
+# alike LABEL: Z8 (no grant) asks about A's private image and about a name nobody pulled, by tag
+# and by digest: the same exit status (3, refused), and the same words but for the name asked.
+alike() {
+  local a b c d ra rb rc rd
+  a=$(pg check -n Z8 "$HPRIV" 2>&1); ra=$?; b=$(pg check -n Z8 "$NOBODY" 2>&1); rb=$?
+  c=$(pg check -n Z8 "$REG_h/private/app@$HPRIV_MD" 2>&1); rc=$?; d=$(pg check -n Z8 "$REG_h/private/app@$NOBODY_MD" 2>&1); rd=$?
+  check "$1: by tag, the same answer but for the name asked (rc $ra, $rb: $(shown 160 "$a"))" \
+    bash -c '[ "$0" -eq 3 ] && [ "$1" -eq 3 ] && [ "${2//"$4"/IMG}" = "${3//"$5"/IMG}" ] && [[ "$2" == denied:* ]]' "$ra" "$rb" "$a" "$b" "$HPRIV" "$NOBODY"
+  # (Digest references are shown shortened: the digest, however shown, is left out.)
+  c=$(sed -E 's/@sha256:[0-9a-f]+(… \([0-9]+ bytes\))?/@DIGEST/g' <<<"$c"); d=$(sed -E 's/@sha256:[0-9a-f]+(… \([0-9]+ bytes\))?/@DIGEST/g' <<<"$d")
+  check "$1: by digest, the same answer but for the digest asked (rc $rc, $rd: $(shown 160 "$c"))" \
+    bash -c '[ "$0" -eq 3 ] && [ "$1" -eq 3 ] && [ "$2" = "$3" ] && [[ "$2" == denied:*@DIGEST* ]]' "$rc" "$rd" "$c" "$d"
+}
+check_out "A, which pulled it, is answered allowed" allowed pg check -n A "$HPRIV"
+alike "default policy"
+restart_pullgate $'[policy]\nverification = "AlwaysVerify"' || exit 1
+alike "AlwaysVerify"
 restart_pullgate || exit 1
 
 log "9. SIGKILL pullgate and restart containerd: grants, tags and refusals are kept"

@@ -564,9 +564,14 @@ impl Front {
         Ok(resp)
     }
 
+    /// Forwards a pod's start with its snapshotter annotations removed and the sandbox label
+    /// added: containerd passes it to the sandbox's Prepare, which then never takes the
+    /// admission of a container on the same image (a pod whose container runs the sandbox
+    /// image, started while another pod's sandbox starts).
     async fn run_pod_sandbox(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {
         let stripped = strip(&body, &[&[1, 7]])?;
-        self.forward_unary(RUN_POD_SANDBOX, meta, stripped).await
+        let marked = wire::append_map_entry(&stripped, &[1, 7], crate::snapshotter::SANDBOX_LABEL, "true");
+        self.forward_unary(RUN_POD_SANDBOX, meta, Bytes::from(marked)).await
     }
 }
 

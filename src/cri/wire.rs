@@ -1,6 +1,6 @@
 //! cri::wire: the CRI front's byte-level tools. A codec that carries gRPC messages as raw bytes
 //! (so any method, known or not, streams included, passes through untouched), and one edit on
-//! a message in protobuf wire format: removing map entries by key. Written by hand because prost
+//! a message in protobuf wire format: removing map entries by key, and appending one. Written by hand because prost
 //! drops the fields it does not know when it re-encodes a message, and a newer kubelet's
 //! fields must reach containerd; this edit keeps every other byte as it came.
 use bytes::{Buf, BufMut, Bytes};
@@ -129,6 +129,30 @@ pub fn strip_map_entries(msg: &[u8], path: &[u64], drop: &dyn Fn(&str) -> bool) 
     Ok((out, removed))
 }
 
+/// Appends to `msg` one entry (`key`, `value`) of the map at `path` (as for
+/// [`strip_map_entries`]), as a message of its own nested along `path`: protobuf parsers merge
+/// repeated occurrences of a nested message, so the entry joins the map and every byte of `msg`
+/// stays as it came.
+pub fn append_map_entry(msg: &[u8], path: &[u64], key: &str, value: &str) -> Vec<u8> {
+    let mut inner = Vec::new();
+    for (n, s) in [(1u64, key), (2, value)] {
+        encode_varint((n << 3) | 2, &mut inner);
+        encode_varint(s.len() as u64, &mut inner);
+        inner.extend_from_slice(s.as_bytes());
+    }
+    for n in path.iter().rev() {
+        let mut outer = Vec::with_capacity(inner.len() + 12);
+        encode_varint((n << 3) | 2, &mut outer);
+        encode_varint(inner.len() as u64, &mut outer);
+        outer.extend_from_slice(&inner);
+        inner = outer;
+    }
+    let mut out = Vec::with_capacity(msg.len() + inner.len());
+    out.extend_from_slice(msg);
+    out.extend_from_slice(&inner);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +200,27 @@ mod tests {
         let (p, n) = strip_map_entries(&pod.encode_to_vec(), &[1, 7], &drop_pullgate).unwrap();
         assert_eq!(n, 2);
         assert_eq!(RunPodSandboxRequest::decode(p.as_slice()).unwrap().runtime_handler, "runc");
+    }
+
+    #[test]
+    fn an_appended_map_entry_joins_the_map_and_keeps_the_rest() {
+        let pod = RunPodSandboxRequest {
+            config: Some(PodSandboxConfig { annotations: HashMap::from([("app".to_string(), "kept".to_string())]), hostname: "h".into(), ..Default::default() }),
+            runtime_handler: "runc".into(),
+        };
+        let mut bytes = pod.encode_to_vec();
+        let unknown = [0x9a, 0x06, 3, b'n', b'e', b'w'];
+        bytes.extend_from_slice(&unknown);
+        let out = append_map_entry(&bytes, &[1, 7], "containerd.io/snapshot/pullgate.sandbox", "true");
+        assert!(out.starts_with(&bytes));
+        let got = RunPodSandboxRequest::decode(out.as_slice()).unwrap();
+        let config = got.config.unwrap();
+        assert_eq!(config.annotations.get("containerd.io/snapshot/pullgate.sandbox").map(String::as_str), Some("true"));
+        assert_eq!(config.annotations.get("app").map(String::as_str), Some("kept"));
+        assert_eq!((config.hostname.as_str(), got.runtime_handler.as_str()), ("h", "runc"));
+        // A request without a config gets one holding the entry alone.
+        let bare = append_map_entry(&[], &[1, 7], "k", "v");
+        assert_eq!(RunPodSandboxRequest::decode(bare.as_slice()).unwrap().config.unwrap().annotations.get("k").map(String::as_str), Some("v"));
     }
 
     #[test]

@@ -28,6 +28,11 @@ pub const MAX_LABELS_TOTAL: usize = 64 * 1024;
 pub const MAX_KEY_SIZE: usize = 4096;
 /// The label through which a client names the principal (pod) inside a namespace.
 pub const PRINCIPAL_LABEL: &str = "containerd.io/snapshot/pullgate.principal";
+/// The label the CRI front puts on every pod it forwards (containerd passes a pod's
+/// `containerd.io/snapshot/*` annotations to its sandbox's Prepare as labels): a Prepare that
+/// carries it is a sandbox's, and never takes a container's admission. It can only take one
+/// away from the Prepare that carries it, so whoever sets it gains nothing.
+pub const SANDBOX_LABEL: &str = "containerd.io/snapshot/pullgate.sandbox";
 /// The label containerd's unpacker (2.4 and later) sets to the diffID of the layer an extract
 /// applies: a claim (see `Snapshotter::layer_hints`).
 pub const DIFF_ID_LABEL: &str = "containerd.io/snapshot/diff-id";
@@ -508,7 +513,7 @@ impl Snapshotter {
             if labels.contains_key(PRINCIPAL_LABEL) {
                 tracing::info!(%namespace, "ignoring a principal label: in a namespace served by the CRI front, principals come from its admissions only");
             }
-            if kind != Kind::Active || is_extract || parent.is_empty() {
+            if kind != Kind::Active || is_extract || parent.is_empty() || labels.contains_key(SANDBOX_LABEL) {
                 return Ok((String::new(), false));
             }
             let remap_of = match is_container_id(name_of_key(key)) {
@@ -595,6 +600,9 @@ impl Snapshotter {
             self.gate.use_chain(tx, &subject, &claimed)?;
             for (_, c) in chains {
                 self.gate.use_chain(tx, &subject, &ChainInfo { preloaded: preloaded.clone(), ..c })?;
+            }
+            if !preloaded.is_empty() && self.gate.preloaded_counts(&subject) {
+                tracing::info!(%namespace, %principal, chain = %top, preloaded = preloaded.len(), "decided with layers the namespace held unpacked before pullgate knew them (preloaded)");
             }
             Ok(())
         })?;
@@ -1465,6 +1473,11 @@ mod tests {
             s.prepare("k8s.io/4/not-a-container", &parent, Labels::new(), None).unwrap();
             s.prepare("k8s.io/5//state/image-volumes/sandbox-x/abc", &parent, Labels::new(), None).unwrap();
             assert_eq!((admitted("k8s.io/4/not-a-container"), admitted("k8s.io/5//state/image-volumes/sandbox-x/abc")), (None, None));
+            // A pod sandbox's Prepare (its key is a 64-hex ID too, on the same chain when the
+            // pod's container runs the sandbox image) never takes it.
+            let sb = format!("k8s.io/13/{}", id('9'));
+            s.prepare(&sb, &parent, Labels::from([(SANDBOX_LABEL.to_string(), "true".to_string())]), None).unwrap();
+            assert_eq!((admitted(&sb), a.consumer()), (None, None));
             let c2 = format!("k8s.io/6/{}", id('2'));
             s.prepare(&c2, &parent, label.clone(), None).unwrap();
             assert_eq!(admitted(&c2).as_deref(), Some("team-b"));
