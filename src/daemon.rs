@@ -74,8 +74,25 @@ pub fn bind_socket(path: &Path, replace_link: bool) -> Result<tokio::net::UnixLi
     }
     // serve() set umask 077, so the socket is never reachable by others, even briefly.
     let l = tokio::net::UnixListener::bind(path).map_err(io_at("bind", path))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(io_at("chmod", path))?;
+    chmod_socket(path)?;
     Ok(l)
+}
+
+/// Makes the socket at `path` mode 0600 without following a link put there after the bind:
+/// the path is opened without following links, must still be a socket, and is changed through
+/// that open file (a chmod by path would follow a link swapped in meanwhile to any file).
+fn chmod_socket(path: &Path) -> Result<(), DaemonError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_NOFOLLOW).open(path).map_err(io_at("open the socket", path))?;
+    if !f.metadata().map_err(io_at("stat the socket", path))?.file_type().is_socket() {
+        return Err(DaemonError::Io {
+            context: "the socket was replaced after its bind by something else at",
+            path: path.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::AlreadyExists),
+        });
+    }
+    let through = Path::new("/proc/self/fd").join(std::os::fd::AsRawFd::as_raw_fd(&f).to_string());
+    fs::set_permissions(&through, fs::Permissions::from_mode(0o600)).map_err(io_at("chmod", path))
 }
 
 /// Tells systemd that pullgate serves (`Type=notify`): `READY=1` to `$NOTIFY_SOCKET`, when set
@@ -287,5 +304,12 @@ mod tests {
         fs::write(&file, b"not a socket").expect("write");
         assert!(bind_socket(&file, true).is_err(), "a regular file is refused");
         assert_eq!(fs::read(&file).expect("read"), b"not a socket");
+        // A link swapped in at the socket's path between the bind and its chmod: the chmod
+        // refuses, and the file the link names keeps its mode.
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).expect("chmod");
+        let swapped = dir.path().join("swapped.sock");
+        std::os::unix::fs::symlink(&file, &swapped).expect("symlink");
+        assert!(chmod_socket(&swapped).is_err(), "a link at the path is not followed");
+        assert_eq!(fs::metadata(&file).expect("stat").permissions().mode() & 0o777, 0o644);
     }
 }

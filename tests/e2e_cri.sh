@@ -46,6 +46,8 @@
 #      run it after team-a pulls an image built FROM it and after a tenant pulls the same bytes
 #      from a repository of its own, and with its registry down; an image the node pulls only
 #      after such a tenant's pull is refused to them (the control).
+#  18. containers of the sandbox image created while other pods' sandboxes start: no sandbox
+#      takes a container's admission (the front labels the pods it forwards).
 # The registries of 4 and 14 serve TLS with this run's CA (use_tls_registries): what spares a
 # download is an endpoint pullgate verified.
 # About a minute per containerd version.
@@ -932,6 +934,26 @@ run_pod front q4 team-q4 || fail "17: RunPodSandbox team-q4/q4"
 check_out "17: a pod without a secret still runs the preloaded image, its origin down" "$PREMSG" run_in front q4 team-q4 "$SID" q4 "$QPRE"
 check_refused "17: team-q4 is still refused team-a's image built FROM it" "$REFUSED team-q4/q4" "team-a's app" \
   run_in front q4 team-q4 "$SID" q4x "$REG_h/private/onpre:v1"
+
+log "18. containers of the sandbox image created while other pods' sandboxes start"
+# A sandbox's rootfs key is a 64-hex ID, as a container's is, on the sandbox image's chain: the
+# front labels every pod it forwards, so that no sandbox takes a container's admission.
+run_pod front ph-0 team-ph || fail "18: RunPodSandbox team-ph/ph-0"; SID_PH=$SID
+check_out "18: the pod's sandbox snapshot carries pullgate's sandbox label" "containerd.io/snapshot/pullgate.sandbox" snap_labels "$SID_PH"
+: > "$WORK/ph.out"; ph_pids=()
+for i in $(seq 1 12); do
+  ( mapfile -t pa < <(podargs "ph-s$i" team-ph)
+    front "${pa[@]}" RunPodSandbox '{}' >/dev/null 2>&1 || echo "sandbox ph-s$i did not start" >> "$WORK/ph.out" ) &
+  ph_pids+=($!)
+  ( mapfile -t pa < <(podargs ph-0 team-ph)
+    out=$(front "${pa[@]}" CreateContainer "{\"pod_sandbox_id\":\"$SID_PH\",\"config\":{\"metadata\":{\"name\":\"ph-c$i\"},\"image\":{\"image\":\"$PAUSE\"},\"command\":[\"/bin/sh\",\"-c\",\"true\"],\"log_path\":\"ph-c$i.log\"}}" 2>&1) \
+      && grep -q container_id <<<"$out" || echo "container ph-c$i: $(shown 300 "$out")" >> "$WORK/ph.out" ) &
+  ph_pids+=($!)
+done
+wait "${ph_pids[@]}"
+check "18: 12 sandboxes started and 12 containers of the sandbox image created beside them, none undone ($(shown 400 "$(cat "$WORK/ph.out")"))" \
+  test ! -s "$WORK/ph.out"
+check "18: the pod holds its 12 containers" test "$(containers_of "$SID_PH")" -eq 12
 
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
 PATS=$WORK/secret-patterns
