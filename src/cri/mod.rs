@@ -370,7 +370,10 @@ impl Front {
                 undone.push(format!("its image volume of layer chain {chain} was not prepared on the admission pullgate made for it"));
             }
         }
-        if !undone.is_empty() {
+        if undone.is_empty() {
+            // Checked to the end: the Prepares that consumed the admissions keep their principals.
+            rootfs.iter().chain(volumes.iter().map(|(_, a)| a)).for_each(|a| a.settle());
+        } else {
             let removed = self.call::<_, cri::RemoveContainerResponse>("/runtime.v1.RuntimeService/RemoveContainer", cri::RemoveContainerRequest { container_id: created.container_id.clone() }).await;
             return Err(Status::aborted(format!(
                 "pullgate: containerd created the container of pod {pod_name} otherwise than pullgate decided: {}{}; retry",

@@ -203,16 +203,25 @@ pub fn is_container_id(name: &str) -> bool {
 }
 
 /// Keeps an admission offered while its CreateContainer is in flight; dropped, it withdraws an
-/// admission no Prepare consumed.
+/// admission no Prepare consumed, and takes back the principal of one a Prepare consumed unless
+/// the front settled it (checked the creation to its end): a CreateContainer its caller dropped
+/// half-way (kubelet's timeout), or whose answer could not be read, leaves no snapshot holding a
+/// principal nobody checked it was made for.
 pub struct AdmissionGuard {
     snap: std::sync::Arc<Snapshotter>,
     id: u64,
+    settled: std::sync::atomic::AtomicBool,
 }
 
 impl AdmissionGuard {
     /// The backend key of the snapshot whose Prepare consumed the admission, if one did.
     pub fn consumer(&self) -> Option<String> {
         self.snap.admission_lock().iter().find(|a| a.id == self.id).and_then(|a| a.consumed_by.clone())
+    }
+
+    /// The front checked what consumed the admission: dropping the guard keeps its principal.
+    pub fn settle(&self) {
+        self.settled.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -224,8 +233,25 @@ impl Drop for AdmissionGuard {
             *all = kept;
             gone
         };
+        let unchecked: Vec<String> = match self.settled.load(std::sync::atomic::Ordering::Relaxed) {
+            true => vec![],
+            false => gone.iter().filter_map(|a| a.consumed_by.clone()).collect(),
+        };
         // (The chain lock a withdrawn admission still holds is released outside the list's lock.)
         drop(gone);
+        for key in unchecked {
+            tracing::warn!(snapshot = %key, "a CRI CreateContainer ended before pullgate checked its Prepare: the snapshot loses the principal it was admitted for");
+            let snap = self.snap.clone();
+            let withdraw = move || {
+                if let Err(e) = snap.withdraw_admitted(&key) {
+                    tracing::error!(snapshot = %key, error = %e, "cannot take back an admitted principal");
+                }
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => drop(h.spawn_blocking(withdraw)),
+                Err(_) => withdraw(),
+            }
+        }
     }
 }
 
@@ -471,7 +497,7 @@ impl Snapshotter {
         let id = self.next_admission.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let a = Admission { id, namespace: namespace.into(), chain: chain.into(), principal: principal.into(), target, consumed_by: None, release };
         self.admission_lock().push(a);
-        AdmissionGuard { snap: self.clone(), id }
+        AdmissionGuard { snap: self.clone(), id, settled: Default::default() }
     }
 
     /// The admission, if any, a Prepare of `key` on `parent` (backend keys) in `namespace` is
@@ -594,8 +620,10 @@ impl Snapshotter {
                 chains.push((mine, self.chain_for_use(tx, &k)?));
             }
             // The layers this namespace held before pullgate knew them, as its own snapshot of
-            // the chain establishes them: preloaded whichever snapshot containerd takes.
-            let preloaded: Vec<String> = chains.iter().filter(|(mine, c)| *mine && c.diff_ids == diff_ids).flat_map(|(_, c)| c.preloaded.clone()).collect();
+            // the chain establishes them (step by step, by chainID: the claimed layers' chain):
+            // preloaded whichever snapshot containerd takes.
+            let preloaded: Vec<String> =
+                chains.iter().filter(|(mine, c)| *mine && c.chain_id == top && !c.unestablished).flat_map(|(_, c)| c.preloaded.clone()).collect();
             let claimed = ChainInfo { chain_id: top.clone(), diff_ids: diff_ids.to_vec(), preloaded: preloaded.clone(), ..Default::default() };
             self.gate.use_chain(tx, &subject, &claimed)?;
             for (_, c) in chains {
@@ -1486,6 +1514,18 @@ mod tests {
             let c3 = format!("k8s.io/7/{}", id('3'));
             s.prepare(&c3, &parent, Labels::new(), None).unwrap();
             assert_eq!(admitted(&c3), None);
+            a.settle();
+        }
+        assert_eq!(admitted(&format!("k8s.io/6/{}", id('2'))).as_deref(), Some("team-b"), "a settled admission's principal stays");
+        {
+            // A creation that ends before the front checked it (its caller gone): the Prepare
+            // that consumed the admission loses its principal.
+            let _a = s.admit("k8s.io", &chain, "team-b", AdmissionFor::Rootfs, None);
+            let c7 = format!("k8s.io/14/{}", id('7'));
+            s.prepare(&c7, &parent, Labels::new(), None).unwrap();
+            assert_eq!(admitted(&c7).as_deref(), Some("team-b"));
+            drop(_a);
+            assert_eq!(admitted(&c7), None, "taken back when the guard goes unsettled");
         }
         // Dropped guards withdraw their admissions, consumed or not.
         assert!(s.admission_lock().is_empty());
@@ -1592,6 +1632,35 @@ mod tests {
         s.store.write(|tx| -> Result<()> { Ok(tx.set_unknown_at(&format!("n/4/{c2}"), u64::MAX)?) }).unwrap();
         let e = s.prepare("n/6/c", &format!("n/4/{c2}"), Labels::new(), None).unwrap_err();
         assert!(e.to_string().contains("no grant"), "{e}");
+    }
+
+    #[test]
+    fn always_verify_refuses_a_chain_with_unknown_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dg('a'), dg('b'));
+        let (c1, c2) = (ledger::chain_id("", &a), ledger::chain_id(&ledger::chain_id("", &a), &b));
+        {
+            let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, std::sync::Arc::new(Gate::new(Default::default()))).unwrap();
+            s.store
+                .write(|tx| -> std::result::Result<(), ledger::LedgerError> {
+                    ledger::record_pairing(tx, &crate::diffid::Verified::for_test(&dg('1'), &a))?;
+                    ledger::record_blob(tx, &dg('1'), "reg:5000/x", crate::credential::ANONYMOUS, 1)?;
+                    ledger::record_manifest(tx, &dg('m'), &ledger::ManifestRec { layers: vec![dg('1')], diff_ids: vec![a.clone()], ..Default::default() })?;
+                    Ok(())
+                })
+                .unwrap();
+            s.prepare(&format!("n/1/extract-1 {c1}"), "", Labels::new(), None).unwrap();
+            s.commit(&format!("n/2/{c1}"), &format!("n/1/extract-1 {c1}"), Labels::new()).unwrap();
+            s.prepare(&format!("n/3/extract-2 {c2}"), &format!("n/2/{c1}"), Labels::new(), None).unwrap();
+            s.commit(&format!("n/4/{c2}"), &format!("n/3/extract-2 {c2}"), Labels::new()).unwrap();
+            s.prepare("n/5/c", &format!("n/4/{c2}"), Labels::new(), None).unwrap();
+        }
+        let gate = std::sync::Arc::new(Gate::new(crate::gate::GateConfig { policy: crate::gate::Policy::AlwaysVerify, ..Default::default() }));
+        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, gate).unwrap();
+        let e = s.prepare("n/6/c", &format!("n/4/{c2}"), Labels::new(), None).unwrap_err();
+        assert!(e.to_string().contains("no record"), "{e}");
+        let e = s.mounts("n/5/c").unwrap_err();
+        assert!(e.to_string().contains("no record"), "{e}");
     }
 
     #[test]
