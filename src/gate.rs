@@ -128,6 +128,10 @@ pub struct ChainInfo {
     /// `NeverVerifyPreloadedImages` they are preloaded and need no grant, whoever pulled the
     /// same bytes since. Established by the snapshotter from its own records, never a claim.
     pub preloaded: Vec<String>,
+    /// Its unpack steps could not be followed to look up again the layers they applied while
+    /// pullgate had no record of them (a step committed under a name that is not its chain):
+    /// its unknown layers may be ones pullgate now knows as private.
+    pub unfollowed: bool,
 }
 
 pub struct Gate {
@@ -354,7 +358,18 @@ impl Gate {
     /// Checks every layer of `chain`, then `extra` (the layer an extract adds).
     fn check_chain(&self, tx: &impl LedgerRead, s: &Subject, chain: &ChainInfo, extra: Option<&str>, per_principal: bool, grants: &mut GrantView) -> Result<(), GateError> {
         if chain.unknown_layers > 0 {
-            self.check_unknown(s, if chain.chain_id.is_empty() { "(unnamed chain)" } else { &chain.chain_id })?;
+            let what = if chain.chain_id.is_empty() { "(unnamed chain)" } else { &chain.chain_id };
+            if chain.unfollowed && self.cfg.no_preloaded.contains(s.namespace) && self.cfg.policy != Policy::NeverVerify {
+                return Err(self.deny(
+                    s,
+                    DenyReason::UnknownLayer,
+                    format!("layer chain {what}"),
+                    None,
+                    "pullgate cannot follow the unpack steps of this chain to look up the layers it applied unknown (a step committed under another name), and in this namespace a principal may have put them there".into(),
+                    format!("unpack the image again from its first layer: pullgate pull -n {} --user USER:PASSWORD IMAGE", s.namespace),
+                ));
+            }
+            self.check_unknown(s, what)?;
         }
         if self.cfg.policy == Policy::NeverVerify {
             return Ok(());

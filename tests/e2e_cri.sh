@@ -8,6 +8,8 @@
 # StopPodSandbox, RemovePodSandbox. Pods of Kubernetes namespaces team-a (alice's secret),
 # team-b (none, then carol's), team-c (the attacker), team-d (public images only).
 #   1. calls pullgate does not own pass through (unknown methods and streams included);
+#  1c. a tenant pulling the sandbox image's bytes privately before the first pod takes no
+#      sandbox away (the image is public at its own origin);
 #   2. team-a pulls a private image with its secret and runs it; the image records are the
 #      ones containerd's own CRI pull makes;
 #   3. team-b without a secret is refused at CreateContainer, and its PullImage fails;
@@ -115,6 +117,8 @@ for try in $(seq 1 40); do
   kill "${LAUNCHED[0]}"; rm -rf "$WORK/registry-x" "$REG_HOSTS/$REG_x"
 done
 [[ "$REG_x" < "$REG_pub" ]] || fail "16: no port for mallory's registry sorting before $REG_pub in 40 tries"
+# 1c: the sandbox image's bytes in a repository of mallory's own.
+push_image "$WORK/pause" v1 "$REG_x/aaa0/pause:v1" "mallory:$PW_MAL" || fail "push the sandbox image's bytes to mallory's registry"
 QPRE=$REG_q/private/pre:v1
 push_image "$WORK/qpre" v1 "$QPRE" "alice:$PW_ALICE" && push_image "$WORK/qpre" v1 "$REG_x/aaa5/pre:v1" "mallory:$PW_MAL" \
   && push_image "$WORK/qfrom" v1 "$REG_h/private/onpre:v1" "alice:$PW_ALICE" \
@@ -216,6 +220,20 @@ check_out "a method called by path with raw bytes passes (Version: $(direct raw 
   "$(direct raw /runtime.v1.RuntimeService/Version)" front raw /runtime.v1.RuntimeService/Version
 check_out "Status passes" '"conditions"' front Status
 check_out "ImageFsInfo passes" '"image_filesystems"' front ImageFsInfo
+
+log "1c. a tenant pulls the sandbox image's bytes privately before the node's first pod"
+# pullgate then knows its layers as private before containerd pulls it for the first sandbox, so
+# they are not preloaded, and no pod's grant speaks for a sandbox: the sandbox is decided again
+# once the image proves public at its own origin.
+check "1c: mallory pulls the sandbox image's bytes from a repository of her own ($REG_x/aaa0/pause:v1) with her secret" \
+  pull_as mal-0 team-m "$REG_x/aaa0/pause:v1" "mallory:$PW_MAL"
+imgs=$(ctr_ -n k8s.io images ls -q 2>&1); irc=$?
+check "1c: containerd has not pulled the sandbox image yet (the listing works: rc=$irc)" bash -c '[ "$0" -eq 0 ] && ! grep -qxF "$1" <<<"$2"' "$irc" "$PAUSE" "$imgs"
+mark=$(wc -l < "$PG/log")
+run_pod front first-0 team-first || fail "1c: the node's first pod does not start: $(shown 400 "$SID")"
+check "1c: the node's first pod starts all the same (sandbox $SID)" test -n "$SID"
+check "1c: pullgate says why: the sandbox image is public at its own origin" \
+  grep -q "admitted: the image is public at its own origin.*public_at=$PAUSE" <(tail -n +"$((mark + 1))" "$PG/log")
 
 log "2. team-a pulls the private image with its secret and runs it"
 # Reference: what containerd's own CRI pull records for an image (public, pulled straight).

@@ -30,6 +30,9 @@ mk "$WORK/dup4" --tag v1 --message "$DUPMSG (4)" --extra-layers 1 --layer-mb 0.1
 # For 7b: a private image of its own (its base too) that only plain ctr pulls at first.
 OWNMSG="pulled by a principal with plain ctr"
 mk "$WORK/own" --tag v1 --message "$OWNMSG" --base-note "7b's own base" --extra-layers 1 --layer-mb 0.1 --seed 67
+# For 8: a private image pullgate never sees pulled (plain ctr, alice's password).
+PRE2MSG="private app pullgate never saw"
+mk "$WORK/pre2" --tag v1 --message "$PRE2MSG" --base-note "8's own base" --extra-layers 1 --layer-mb 0.1 --seed 69
 start_registry pub || exit 1
 # The private images' registries serve TLS (use_tls_registries): what spares a download (5, 5b,
 # 13) is an endpoint pullgate verified. The public one stays plain http.
@@ -60,6 +63,8 @@ push_image "$WORK/pub" v1 "$PUB" "" --all && push_image "$WORK/pre" v1 "$PRE" &&
   && push_image "$WORK/unprobed" v1 "$UNPROBED" "admin:$PW_ADMIN" || { fail "push test images"; exit 1; }
 OWN=$REG_h/private/own:v1
 push_image "$WORK/own" v1 "$OWN" "alice:$PW_ALICE" || fail "push 7b's image"
+PRE2=$REG_h/private/pre2:v1
+push_image "$WORK/pre2" v1 "$PRE2" "alice:$PW_ALICE" || fail "push 8's private image"
 for i in dup dup2 dup4; do
   push_image "$WORK/$i" v1 "$REG_pub/public/$i:v1" && push_image "$WORK/$i" v1 "$REG_h/private/$i:v1" "alice:$PW_ALICE" || fail "push $i publicly and privately"
 done
@@ -552,15 +557,20 @@ check_refused "a namespace that unpacks it now needs a grant (R7's plain ctr pul
 restart_pullgate "" || exit 1
 
 log "8. policies"
-check "plain ctr pulls an image pullgate never saw" ctr_ -n P8 images pull --plain-http --snapshotter pullgate "$PRE"
-check_out "under NeverVerifyPreloadedImages (default) it runs" "preloaded app" run_img P8 q1 "$PRE"
+check "plain ctr pulls a public image pullgate never saw" ctr_ -n P8 images pull --plain-http --snapshotter pullgate "$PRE"
+check "plain ctr pulls a private image pullgate never saw (alice's password)" ctr_ -n P8 images pull "${CTRF[@]}" --user "alice:$PW_ALICE" --snapshotter pullgate "$PRE2"
+check_out "under NeverVerifyPreloadedImages (default) the public one runs" "preloaded app" run_img P8 q1 "$PRE"
+check_out "under NeverVerifyPreloadedImages (default) the private one runs" "$PRE2MSG" run_img P8 q1b "$PRE2"
 restart_pullgate $'[policy]\nverification = "AlwaysVerify"' || exit 1
-check_refused "under AlwaysVerify it is refused" "no record of this layer" "preloaded app" run_img P8 q2 "$PRE"
+check_refused "under AlwaysVerify the private one is refused" "no record of this layer" "$PRE2MSG" run_img P8 q2 "$PRE2"
+mark=$(wc -l < "$PG/log")
+check_out "under AlwaysVerify the public one runs once pullgate verified it at its own origin without a credential" "preloaded app" run_img P8 q2b "$PRE"
+check "pullgate's log says so" grep -q "admitted: the image is public at its own origin.*public_at=$PRE" <(tail -n +"$((mark + 1))" "$PG/log")
 check_out "under AlwaysVerify A still runs its verified image" "$LEAK" run_img A a2 "$HPRIV"
 check_out "under AlwaysVerify the public image still runs" "public base image" run_img other p3 "$PUB"
 restart_pullgate "$(printf '[policy]\nverification = "NeverVerifyAllowlistedImages"\nallowlist = ["%s/private/*"]' "$ORIGIN_SCHEME$REG_h")" || exit 1
 check_out "an allowlisted origin is allowed for B without a grant" "$LEAK" run_img B b8 stolen.example/app:v1
-check_refused "the never-seen image is refused under NeverVerifyAllowlistedImages" "no record" "preloaded app" run_img P8 q3 "$PRE"
+check_refused "the never-seen private image is refused under NeverVerifyAllowlistedImages" "no record" "$PRE2MSG" run_img P8 q3 "$PRE2"
 # Near misses only: the same host with another path, another host with the same path, and a
 # prefix of the repository's name as an exact entry. None names an origin that served the layers.
 restart_pullgate "$(printf '[policy]\nverification = "NeverVerifyAllowlistedImages"\nallowlist = ["%s/other/*", "%s/private/*", "%s/private/ap"]' \

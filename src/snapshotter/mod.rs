@@ -731,7 +731,14 @@ impl Snapshotter {
             let chain = match &target {
                 Some(t) => {
                     let hints = Self::layer_hints(tx, &labels)?;
-                    let next = self.gate.extract_hinted(tx, &subject, &parent_chain, t, &hints)?;
+                    // Decided on the parent's chain as it reads now (the layers its steps applied
+                    // unknown looked up again), recorded as its own steps recorded it.
+                    let now_parent = match parent {
+                        "" => parent_chain.clone(),
+                        p => self.chain_for_use(tx, p)?,
+                    };
+                    let decided = self.gate.extract_hinted(tx, &subject, &now_parent, t, &hints)?;
+                    let next = Self::recorded_step(&parent_chain, &now_parent, decided);
                     unrecorded = crate::ledger::chain(tx, t)?.is_none();
                     if next.unknown_layers > parent_chain.unknown_layers {
                         unknown_at = Some(crate::ledger::protected_log_last(tx)?);
@@ -823,6 +830,18 @@ impl Snapshotter {
         Ok(out)
     }
 
+    /// The record of an unpack step on a parent recorded as `recorded` and decided as it reads
+    /// now (`now`), the gate's answer being `decided`: the recorded parent's layers, and the
+    /// applied layer when the gate knew it, else one more unknown one.
+    fn recorded_step(recorded: &ChainInfo, now: &ChainInfo, decided: ChainInfo) -> ChainInfo {
+        let mut next = ChainInfo { chain_id: decided.chain_id, diff_ids: recorded.diff_ids.clone(), unknown_layers: recorded.unknown_layers, ..Default::default() };
+        match (decided.diff_ids.len() > now.diff_ids.len(), decided.diff_ids.last()) {
+            (true, Some(d)) => next.diff_ids.push(d.clone()),
+            _ => next.unknown_layers += 1,
+        }
+        next
+    }
+
     /// What the gate takes as the chain under a new container or view on committed snapshot
     /// `key` ("" for none): its recorded chain ([`Self::parent_chain`]), with each layer one of
     /// its unpack steps applied while pullgate had no record of it looked up again (pullgate may
@@ -838,7 +857,10 @@ impl Snapshotter {
         if recorded.unknown_layers == 0 {
             return Ok(recorded);
         }
-        Ok(self.unknown_steps_looked_up(tx, key)?.map(|c| ChainInfo { unestablished: recorded.unestablished, ..c }).unwrap_or(recorded))
+        Ok(match self.unknown_steps_looked_up(tx, key)? {
+            Some(c) => ChainInfo { unestablished: recorded.unestablished, ..c },
+            None => ChainInfo { unfollowed: true, ..recorded },
+        })
     }
 
     /// The chain of committed snapshot `key` read step by step from the base: a step that
@@ -908,6 +930,7 @@ impl Snapshotter {
             diff_ids: r.diff_ids,
             unknown_layers: r.unknown_layers,
             preloaded: vec![],
+            unfollowed: false,
         }
     }
 
@@ -955,9 +978,11 @@ impl Snapshotter {
             };
             // A container or view: its parent's chain, as a new one on it would be decided; an
             // unpack step (or a snapshot on nothing): what its record says.
-            let chain = match extract_target(r.kind, key).is_none() && !r.parent.is_empty() {
-                true => self.chain_for_use(tx, &r.parent)?,
-                false => ChainInfo { diff_ids: r.diff_ids.clone(), unknown_layers: r.unknown_layers, ..Default::default() },
+            let chain = match (extract_target(r.kind, key).is_some(), r.parent.is_empty()) {
+                // An unpack step: its chain, itself included, as it reads now.
+                (true, _) => self.chain_for_use(tx, key)?,
+                (false, false) => self.chain_for_use(tx, &r.parent)?,
+                (false, true) => ChainInfo { diff_ids: r.diff_ids.clone(), unknown_layers: r.unknown_layers, ..Default::default() },
             };
             self.gate.use_chain(tx, &Subject { namespace: &r.namespace, principal: &principal }, &chain)?;
             let parents = Self::chain(|k| tx.get(k), &r.parent)?;
@@ -1620,6 +1645,17 @@ mod tests {
         assert!(e.to_string().contains("no grant"), "{e}");
         s.prepare("t/6/c", &format!("t/4/{c2}"), p("p1"), None).unwrap();
         s.mounts("t/6/c").unwrap();
+        // An unpack-shaped snapshot on p1's chain (t may materialise: p1's grant is t's) is
+        // decided at Mounts on its chain as it reads now: refused without a principal.
+        let x = format!("t/7/extract-x {}", dg('e'));
+        s.prepare(&x, &format!("t/4/{c2}"), Labels::new(), None).unwrap();
+        let e = s.mounts(&x).unwrap_err();
+        assert!(e.to_string().contains("requires a principal"), "{e}");
+        // Committed under a name that is not its chain: the steps cannot be followed, and in t
+        // that is refused rather than read as unknown.
+        s.commit(&format!("t/8/{}", dg('d')), &x, Labels::new()).unwrap();
+        let e = s.prepare("t/9/c", &format!("t/8/{}", dg('d')), p("p2"), None).unwrap_err();
+        assert!(e.to_string().contains("cannot follow"), "{e}");
         // A namespace that unpacks them now that they are known needs a grant.
         let e = s.prepare(&format!("m/1/extract-1 {c1}"), "", Labels::new(), None).unwrap_err();
         assert!(e.to_string().contains("no grant"), "{e}");
@@ -1657,9 +1693,36 @@ mod tests {
         }
         let gate = std::sync::Arc::new(Gate::new(crate::gate::GateConfig { policy: crate::gate::Policy::AlwaysVerify, ..Default::default() }));
         let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, gate).unwrap();
+        let c = s.store.read(|tx| -> Result<_> { s.chain_for_use(tx, &format!("n/4/{c2}")) }).unwrap();
+        assert_eq!((c.diff_ids.len(), c.unknown_layers), (1, 1), "{c:?}");
         let e = s.prepare("n/6/c", &format!("n/4/{c2}"), Labels::new(), None).unwrap_err();
         assert!(e.to_string().contains("no record"), "{e}");
         let e = s.mounts("n/5/c").unwrap_err();
+        assert!(e.to_string().contains("no record"), "{e}");
+    }
+
+    #[test]
+    fn always_verify_refuses_a_chain_of_unknown_steps_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids: Vec<String> = ['a', 'b', 'c'].iter().map(|c| dg(*c)).collect();
+        let chains = ledger::chain_ids(&ids);
+        {
+            let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, std::sync::Arc::new(Gate::new(Default::default()))).unwrap();
+            let mut parent = String::new();
+            for (i, c) in chains.iter().enumerate() {
+                let key = format!("n/{}/extract-{i} {c}", 2 * i + 1);
+                s.prepare(&key, &parent, Labels::new(), None).unwrap();
+                let name = format!("n/{}/{c}", 2 * i + 2);
+                s.commit(&name, &key, Labels::new()).unwrap();
+                parent = name;
+            }
+        }
+        let gate = std::sync::Arc::new(Gate::new(crate::gate::GateConfig { policy: crate::gate::Policy::AlwaysVerify, ..Default::default() }));
+        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, gate).unwrap();
+        let top = format!("n/6/{}", chains[2]);
+        let c = s.store.read(|tx| -> Result<_> { s.chain_for_use(tx, &top) }).unwrap();
+        assert_eq!((c.diff_ids.len(), c.unknown_layers), (0, 3), "{c:?}");
+        let e = s.prepare("n/7/c", &top, Labels::new(), None).unwrap_err();
         assert!(e.to_string().contains("no record"), "{e}");
     }
 

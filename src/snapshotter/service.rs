@@ -91,15 +91,21 @@ impl Service {
             self.call(op, move |s| if view { s.view(&key, &parent, labels, ns.as_deref()) } else { s.prepare(&key, &parent, labels, ns.as_deref()) })
         };
         let out = attempt(key.clone(), parent.clone(), labels.clone(), ns.clone()).await?;
+        // The front decides its pods' containers itself; a pod's sandbox (which the front labels,
+        // and which no pod's grant speaks for) is decided here, so that a tenant pulling the
+        // sandbox image's bytes privately takes no sandbox away.
+        let sandbox = labels.contains_key(super::SANDBOX_LABEL);
         let retry = match (&out, &self.public) {
             (Err(SnapshotterError::Gate(crate::gate::GateError::Denied(d))), Some(public))
-                if matches!(d.kind, crate::gate::DenyReason::NoGrant | crate::gate::DenyReason::StaleGrant | crate::gate::DenyReason::UnknownLayer) =>
+                if matches!(d.kind, crate::gate::DenyReason::NoGrant | crate::gate::DenyReason::StaleGrant | crate::gate::DenyReason::UnknownLayer)
+                    || (sandbox && d.kind == crate::gate::DenyReason::PrincipalRequired) =>
             {
                 // Worked out only for a refusal: every other Prepare and View goes on at once.
                 let namespace = super::namespace_of_key(&key).or(ns.as_deref()).unwrap_or_default().to_string();
                 let chain = super::extract_target(if view { Kind::View } else { Kind::Active }, &key).unwrap_or_else(|| super::name_of_key(&parent).to_string());
                 let principal = labels.get(super::PRINCIPAL_LABEL).cloned().unwrap_or_default();
-                match !chain.is_empty() && !self.snap.serves_front(&namespace) {
+                let principal = if sandbox { String::new() } else { principal };
+                match !chain.is_empty() && (sandbox || !self.snap.serves_front(&namespace)) {
                     true => public.establish(&namespace, &principal, &chain).await.map(|name| (name, principal, namespace)),
                     false => None,
                 }
