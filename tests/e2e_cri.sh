@@ -231,6 +231,7 @@ imgs=$(ctr_ -n k8s.io images ls -q 2>&1); irc=$?
 check "1c: containerd has not pulled the sandbox image yet (the listing works: rc=$irc)" bash -c '[ "$0" -eq 0 ] && ! grep -qxF "$1" <<<"$2"' "$irc" "$PAUSE" "$imgs"
 mark=$(wc -l < "$PG/log")
 run_pod front first-0 team-first || fail "1c: the node's first pod does not start: $(shown 400 "$SID")"
+SID_FIRST=$SID
 check "1c: the node's first pod starts all the same (sandbox $SID)" test -n "$SID"
 check "1c: pullgate says why: the sandbox image is public at its own origin" \
   grep -q "admitted: the image is public at its own origin.*public_at=$PAUSE" <(tail -n +"$((mark + 1))" "$PG/log")
@@ -702,7 +703,7 @@ check_refused "9: team-b2 (no secret) is still refused" "$REFUSED team-b2/app-b2
 check_out "9: team-a's running container kept running through the restart" '"state":1' front ContainerStatus "{\"container_id\":\"$LONG\"}"
 
 log "10. pods stop and go"
-for s in "$SID_A" "$SID_A2" "$SID_B" "$SID_C" "$SID_C2" "$SID_C3" "$SID_D" "$SID_E" "$SID_N"; do
+for s in "$SID_FIRST" "$SID_A" "$SID_A2" "$SID_B" "$SID_C" "$SID_C2" "$SID_C3" "$SID_D" "$SID_E" "$SID_N"; do
   front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1 && front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1 || fail "stop and remove pod $s"
 done
 left=$(front ListPodSandbox | python3 -c 'import json,sys; print(len([p for p in (json.load(sys.stdin).get("items") or []) if p["metadata"]["namespace"] != "team-b2"]))')
