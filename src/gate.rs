@@ -431,11 +431,35 @@ impl Gate {
         }
     }
 
-    /// The protected layer, if pullgate knows one now, that an unpack step from chain `parent`
-    /// ("" for the base) to chain `target` applied: how a step unpacked while pullgate had no
-    /// record of its layer is looked up again.
-    pub fn layer_of_step(&self, tx: &impl LedgerRead, parent: &str, target: &str) -> Result<Option<String>, StoreError> {
-        self.applied_layer(tx, &ChainInfo { chain_id: parent.to_string(), ..Default::default() }, target, &[])
+    /// The layer, if pullgate knows it now, that an unpack step from chain `parent` ("" for the
+    /// base) to chain `target` applied: how a step unpacked while pullgate had no record of its
+    /// layer is looked up again. From the ledger's chains and `hints` (layers a caller claims,
+    /// confirmed by the chain arithmetic, protected ones only); with `thorough`, also from the
+    /// chain index, whose tables cost a hash per protected layer on the node to build: asked
+    /// only where it changes a decision (see [`Gate::looks_up_thoroughly`]).
+    pub fn layer_of_step(&self, tx: &impl LedgerRead, parent: &str, target: &str, hints: &[String], thorough: bool) -> Result<Option<String>, StoreError> {
+        let parent_chain = ChainInfo { chain_id: parent.to_string(), ..Default::default() };
+        if thorough {
+            return self.applied_layer(tx, &parent_chain, target, hints);
+        }
+        if let Some(c) = ledger::chain(tx, target)? {
+            if c.parent == parent {
+                return Ok(Some(c.diff_id));
+            }
+        }
+        match hints.iter().find(|d| ledger::chain_id(parent, d) == target) {
+            Some(d) if ledger::is_protected(tx, d)? => Ok(Some(d.clone())),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether a chain's unknown steps in `namespace` are looked up with the chain index too:
+    /// only where a layer found there would change the decision against the requester. Under
+    /// `NeverVerifyPreloadedImages` a layer learnt after its step is preloaded, and under the
+    /// other policies an unknown layer is refused already; in a namespace where nothing is
+    /// preloaded it may be another principal's private layer.
+    pub fn looks_up_thoroughly(&self, namespace: &str) -> bool {
+        self.cfg.policy == Policy::NeverVerifyPreloadedImages && self.cfg.no_preloaded.contains(namespace)
     }
 
     /// The layer a target chainID adds to `parent`: from the ledger's chains, from a hint the

@@ -617,7 +617,7 @@ impl Snapshotter {
                 if r.kind != Kind::Committed || name_of_key(&k) != top || !(mine || tx.own_chain(&k)?.is_some()) {
                     continue;
                 }
-                chains.push((mine, self.chain_for_use(tx, &k)?));
+                chains.push((mine, self.chain_for_use_hinted(tx, &k, diff_ids)?));
             }
             // The layers this namespace held before pullgate knew them, as its own snapshot of
             // the chain establishes them (step by step, by chainID: the claimed layers' chain):
@@ -849,15 +849,22 @@ impl Snapshotter {
     /// after that step (the namespace held it before pullgate knew it). A chain whose steps
     /// pullgate cannot follow keeps its record's reading.
     fn chain_for_use(&self, tx: &crate::metastore::ReadTx, key: &str) -> Result<ChainInfo> {
+        self.chain_for_use_hinted(tx, key, &[])
+    }
+
+    /// [`Self::chain_for_use`], `hints` being the chain's layers as a caller claims them (the
+    /// arithmetic confirms each).
+    fn chain_for_use_hinted(&self, tx: &crate::metastore::ReadTx, key: &str, hints: &[String]) -> Result<ChainInfo> {
         if key.is_empty() {
             return Ok(ChainInfo::default());
         }
         let r = tx.get(key)?.ok_or_else(|| SnapshotterError::NotFound(key.into()))?;
+        let thorough = self.gate.looks_up_thoroughly(&r.namespace);
         let recorded = Self::parent_chain(key, r);
         if recorded.unknown_layers == 0 {
             return Ok(recorded);
         }
-        Ok(match self.unknown_steps_looked_up(tx, key)? {
+        Ok(match self.unknown_steps_looked_up(tx, key, hints, thorough)? {
             Some(c) => ChainInfo { unestablished: recorded.unestablished, ..c },
             None => ChainInfo { unfollowed: true, ..recorded },
         })
@@ -868,7 +875,7 @@ impl Snapshotter {
     /// the protected layer the gate now finds for it (preloaded if it entered the protected-layer
     /// log after the step), or stays unknown; a snapshot that added no layer (a copy, a commit
     /// of a container's changes) adds nothing. None when a step is not one pullgate can follow.
-    fn unknown_steps_looked_up(&self, tx: &crate::metastore::ReadTx, key: &str) -> Result<Option<ChainInfo>> {
+    fn unknown_steps_looked_up(&self, tx: &crate::metastore::ReadTx, key: &str, hints: &[String], thorough: bool) -> Result<Option<ChainInfo>> {
         let mut steps = Vec::new();
         let mut next = key.to_string();
         while !next.is_empty() {
@@ -891,7 +898,7 @@ impl Snapshotter {
                     let Some(d) = applied.filter(|d| crate::ledger::chain_id(&out.chain_id, d) == step.chain_id) else { return Ok(None) };
                     out.diff_ids.push(d);
                 }
-                (Some(0), Some(1)) => match self.gate.layer_of_step(tx, &out.chain_id, &step.chain_id)? {
+                (Some(0), Some(1)) => match self.gate.layer_of_step(tx, &out.chain_id, &step.chain_id, hints, thorough)? {
                     Some(d) => {
                         let since = crate::ledger::protected_since(tx, &d)?;
                         if let (Some(at), Some(since)) = (tx.unknown_at(&k)?, since) {
@@ -1722,6 +1729,9 @@ mod tests {
         let top = format!("n/6/{}", chains[2]);
         let c = s.store.read(|tx| -> Result<_> { s.chain_for_use(tx, &top) }).unwrap();
         assert_eq!((c.diff_ids.len(), c.unknown_layers), (0, 3), "{c:?}");
+        // Looked up from the ledger's chains only: no chain index table is built for a use
+        // where a layer found there would change nothing.
+        assert_eq!(s.gate.index.stats().built_in_decision, 0);
         let e = s.prepare("n/7/c", &top, Labels::new(), None).unwrap_err();
         assert!(e.to_string().contains("no record"), "{e}");
     }
