@@ -509,13 +509,13 @@ impl Snapshotter {
     /// - containerd's user-namespace copy (`<id>-remap` on the chain) is made under the open
     ///   rootfs admission of the chain without consuming it;
     /// - any other Prepare, none.
-    fn take_admission(&self, namespace: &str, key: &str, parent: &str, remap_of: Option<&str>) -> Option<String> {
+    fn take_admission(&self, namespace: &str, key: &str, parent: &str, remap_of: Option<&str>) -> Option<(String, u64)> {
         let (name, chain) = (name_of_key(key), name_of_key(parent));
         let mut all = self.admission_lock();
         let open = |a: &Admission| a.consumed_by.is_none() && a.namespace == namespace;
         let a = if name.strip_suffix("-remap").is_some_and(|id| !id.is_empty()) {
             let a = all.iter().find(|a| open(a) && a.target == AdmissionFor::Rootfs && a.chain == chain)?;
-            return Some(a.principal.clone());
+            return Some((a.principal.clone(), a.id));
         } else if let Some(sandbox) = image_volume_sandbox(name) {
             all.iter_mut().find(|a| open(a) && a.chain == chain && matches!(&a.target, AdmissionFor::Volume { sandbox: s } if s == sandbox))?
         } else if is_container_id(name) {
@@ -526,32 +526,39 @@ impl Snapshotter {
         };
         a.consumed_by = Some(key.to_string());
         let release = a.release.take();
-        let principal = a.principal.clone();
+        let (principal, id) = (a.principal.clone(), a.id);
         drop(all);
         drop(release);
-        Some(principal)
+        Some((principal, id))
+    }
+
+    /// Whether admission `id` is still on offer (its CreateContainer has not ended).
+    fn admission_listed(&self, id: u64) -> bool {
+        self.admission_lock().iter().any(|a| a.id == id)
     }
 
     /// The principal a new snapshot is created for: in a namespace served by the CRI front, the
     /// admission its Prepare is made under (none: no principal), else the label.
-    fn principal_of(&self, kind: Kind, is_extract: bool, namespace: &str, key: &str, parent: &str, labels: &Labels) -> Result<(String, bool)> {
+    fn principal_of(&self, kind: Kind, is_extract: bool, namespace: &str, key: &str, parent: &str, labels: &Labels) -> Result<(String, Option<u64>)> {
         if self.admission_only.contains(namespace) {
             if labels.contains_key(PRINCIPAL_LABEL) {
                 tracing::info!(%namespace, "ignoring a principal label: in a namespace served by the CRI front, principals come from its admissions only");
             }
             if kind != Kind::Active || is_extract || parent.is_empty() || labels.contains_key(SANDBOX_LABEL) {
-                return Ok((String::new(), false));
+                return Ok((String::new(), None));
             }
             let remap_of = match is_container_id(name_of_key(key)) {
                 true => self.store.read(|tx| tx.remap_of(parent))?,
                 false => None,
             };
-            let admitted = self.take_admission(namespace, key, parent, remap_of.as_deref());
-            return Ok((admitted.clone().unwrap_or_default(), admitted.is_some()));
+            return Ok(match self.take_admission(namespace, key, parent, remap_of.as_deref()) {
+                Some((principal, id)) => (principal, Some(id)),
+                None => (String::new(), None),
+            });
         }
         let principal = labels.get(PRINCIPAL_LABEL).cloned().unwrap_or_default();
         validate_principal(&principal)?;
-        Ok((principal, false))
+        Ok((principal, None))
     }
 
     /// Takes back the principal snapshot `key` was prepared under (an admission it took that
@@ -733,9 +740,11 @@ impl Snapshotter {
                     let hints = Self::layer_hints(tx, &labels)?;
                     // Decided on the parent's chain as it reads now (the layers its steps applied
                     // unknown looked up again), recorded as its own steps recorded it.
+                    // The chain is the one its name gives (containerd computes the target from
+                    // it), whatever snapshots below it were renamed.
                     let now_parent = match parent {
                         "" => parent_chain.clone(),
-                        p => self.chain_for_use(tx, p)?,
+                        p => ChainInfo { chain_id: parent_chain.chain_id.clone(), unestablished: parent_chain.unestablished, ..self.chain_for_use(tx, p)? },
                     };
                     let decided = self.gate.extract_hinted(tx, &subject, &now_parent, t, &hints)?;
                     let next = Self::recorded_step(&parent_chain, &now_parent, decided);
@@ -793,7 +802,9 @@ impl Snapshotter {
             if let Some(seq) = unknown_at {
                 tx.set_unknown_at(key, seq)?;
             }
-            if admitted {
+            // Only while the admission is still on offer: a CreateContainer that ended meanwhile
+            // (its guard dropped unsettled) takes the principal back, and must not be outrun.
+            if admitted.is_some_and(|id| self.admission_listed(id)) {
                 tx.set_admitted(key, &principal)?;
             }
             self.layout.install(&staged, id)?;
@@ -886,14 +897,25 @@ impl Snapshotter {
         }
         let mut out = ChainInfo::default();
         let (mut known, mut unknown) = (0usize, 0u32);
+        // A snapshot that added no layer and whose chain cannot be established lies below: an
+        // unpack on top of it did its arithmetic from another chain than the walk's.
+        let mut base_lost = false;
         for (k, r) in steps.into_iter().rev() {
             let (added_known, added_unknown) = (r.diff_ids.len().checked_sub(known), r.unknown_layers.checked_sub(unknown));
             let (rec_known, rec_unknown) = (r.diff_ids.len(), r.unknown_layers);
             let applied = r.diff_ids.last().cloned();
             let step = Self::parent_chain(&k, r);
             match (added_known, added_unknown) {
-                (Some(0), Some(0)) => continue,
-                _ if step.unestablished || step.chain_id.is_empty() => return Ok(None),
+                // No layer added (a copy, a container's changes committed): its name, when it is
+                // a chainID, is the chain the next unpack on it is computed from.
+                (Some(0), Some(0)) => {
+                    match step.unestablished || step.chain_id.is_empty() {
+                        true => base_lost = true,
+                        false => (out.chain_id, base_lost) = (step.chain_id, false),
+                    }
+                    continue;
+                }
+                _ if base_lost || step.unestablished || step.chain_id.is_empty() => return Ok(None),
                 (Some(1), Some(0)) => {
                     let Some(d) = applied.filter(|d| crate::ledger::chain_id(&out.chain_id, d) == step.chain_id) else { return Ok(None) };
                     out.diff_ids.push(d);
@@ -1670,6 +1692,19 @@ mod tests {
         // preloaded; t's does not.
         assert_eq!(s.decide_container("n", "", &[a.clone(), b.clone()]).unwrap(), c2);
         assert!(s.decide_container("t", "p2", &[a.clone(), b.clone()]).is_err());
+        // A container of n's chain committed under a chainID name, and the private layer b
+        // unpacked on it: the unpack is decided on the chain the name gives, as containerd
+        // computed its target, and refused (n holds no grant).
+        s.prepare("n/20/k", &format!("n/2/{c1}"), Labels::new(), None).unwrap();
+        let renamed = dg('f');
+        s.commit(&format!("n/21/{renamed}"), "n/20/k", Labels::new()).unwrap();
+        s.store.write(|tx| -> std::result::Result<(), ledger::LedgerError> {
+            ledger::record_manifest(tx, &dg('0'), &ledger::ManifestRec { layers: vec![dg('2')], diff_ids: vec![b.clone()], ..Default::default() })?;
+            Ok(())
+        }).unwrap();
+        let onto = ledger::chain_id(&renamed, &b);
+        let e = s.prepare(&format!("n/22/extract-9 {onto}"), &format!("n/21/{renamed}"), Labels::new(), None).unwrap_err();
+        assert!(e.to_string().contains("no grant"), "{e}");
         // A step recorded as unpacked after the layers entered the protected-layer log: looked
         // up again, not preloaded.
         s.store.write(|tx| -> Result<()> { Ok(tx.set_unknown_at(&format!("n/4/{c2}"), u64::MAX)?) }).unwrap();
