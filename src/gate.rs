@@ -302,7 +302,7 @@ impl Gate {
                 format!("unpack the image from its first layer: pullgate pull -n {} --user USER:PASSWORD IMAGE", s.namespace),
             ));
         }
-        let applied = self.applied_layer(tx, parent, target, hints)?;
+        let applied = self.applied_layer(tx, parent, target, hints, true)?;
         let layers: Vec<&str> = parent.diff_ids.iter().map(String::as_str).chain(applied.as_deref()).collect();
         if !self.extract_covered(tx, s, parent, &layers)? {
             let mut grants = GrantView::load_covering(tx, s.namespace, &layers)?;
@@ -438,19 +438,7 @@ impl Gate {
     /// chain index, whose tables cost a hash per protected layer on the node to build: asked
     /// only where it changes a decision (see [`Gate::looks_up_thoroughly`]).
     pub fn layer_of_step(&self, tx: &impl LedgerRead, parent: &str, target: &str, hints: &[String], thorough: bool) -> Result<Option<String>, StoreError> {
-        let parent_chain = ChainInfo { chain_id: parent.to_string(), ..Default::default() };
-        if thorough {
-            return self.applied_layer(tx, &parent_chain, target, hints);
-        }
-        if let Some(c) = ledger::chain(tx, target)? {
-            if c.parent == parent {
-                return Ok(Some(c.diff_id));
-            }
-        }
-        match hints.iter().find(|d| ledger::chain_id(parent, d) == target) {
-            Some(d) if ledger::is_protected(tx, d)? => Ok(Some(d.clone())),
-            _ => Ok(None),
-        }
+        self.applied_layer(tx, &ChainInfo { chain_id: parent.to_string(), ..Default::default() }, target, hints, thorough)
     }
 
     /// Whether a chain's unknown steps in `namespace` are looked up with the chain index too:
@@ -466,7 +454,8 @@ impl Gate {
     /// chain arithmetic confirms, or from the chain index (as if every protected diffID d were
     /// tested for chainID(parent, d) == target). A known layer that is not protected is
     /// reported as unknown, as the test of protected layers alone would.
-    fn applied_layer(&self, tx: &impl LedgerRead, parent: &ChainInfo, target: &str, hints: &[String]) -> Result<Option<String>, StoreError> {
+    /// Without `use_index`, the chain index is not asked (what it alone would find stays None).
+    fn applied_layer(&self, tx: &impl LedgerRead, parent: &ChainInfo, target: &str, hints: &[String], use_index: bool) -> Result<Option<String>, StoreError> {
         if let Some(c) = ledger::chain(tx, target)? {
             if c.parent == parent.chain_id {
                 return Ok(Some(c.diff_id));
@@ -480,7 +469,10 @@ impl Gate {
             // The layer applied is d: it is what the index would find, if d is protected.
             return Ok(if ledger::is_protected(tx, d)? { Some(d.clone()) } else { None });
         }
-        self.index.protected_layer_for_chain(tx, &parent.chain_id, target)
+        match use_index {
+            true => self.index.protected_layer_for_chain(tx, &parent.chain_id, target),
+            false => Ok(None),
+        }
     }
 
     fn check_layer(&self, tx: &impl LedgerRead, s: &Subject, id: &LayerId, per_principal: bool, grants: &mut GrantView, now: i64) -> Result<(), GateError> {

@@ -347,11 +347,16 @@ pub fn log_key(seq: u64) -> String {
     format!("{seq:016x}")
 }
 
+/// The sequence number a protected-layer log key holds.
+fn log_seq(key: &str) -> Result<u64, StoreError> {
+    u64::from_str_radix(key, 16).map_err(|e| StoreError::Corrupt { key: key.to_string(), reason: format!("protected-layer log key: {e}") })
+}
+
 /// The protected-layer log's last sequence number (0 when empty: numbers start at 1).
 pub fn protected_log_last(tx: &impl LedgerRead) -> Result<u64, StoreError> {
     match tx.last_key(Collection::ProtectedLog)? {
         None => Ok(0),
-        Some(k) => u64::from_str_radix(&k, 16).map_err(|e| StoreError::Corrupt { key: k.clone(), reason: format!("protected-layer log key: {e}") }),
+        Some(k) => log_seq(&k),
     }
 }
 
@@ -360,7 +365,7 @@ pub fn protected_log_last(tx: &impl LedgerRead) -> Result<u64, StoreError> {
 pub fn protected_logged_after(tx: &impl LedgerRead, after: u64, limit: usize) -> Result<Vec<(u64, String)>, StoreError> {
     let mut out = Vec::new();
     for (k, d) in tx.range_from::<String>(Collection::ProtectedLog, &log_key(after.saturating_add(1)), limit)? {
-        let seq = u64::from_str_radix(&k, 16).map_err(|e| StoreError::Corrupt { key: k.clone(), reason: format!("protected-layer log key: {e}") })?;
+        let seq = log_seq(&k)?;
         out.push((seq, d));
     }
     Ok(out)
@@ -456,7 +461,7 @@ pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
     // without it).
     tx.once("ledger_protected_since", |tx| {
         for (k, d) in tx.scan::<String>(Collection::ProtectedLog, "")? {
-            let seq = u64::from_str_radix(&k, 16).map_err(|e| StoreError::Corrupt { key: k.clone(), reason: format!("protected-layer log key: {e}") })?;
+            let seq = log_seq(&k)?;
             if protected_since(tx, &d)?.is_none() {
                 tx.put_val(Collection::ProtectedSince, &d, &seq)?;
             }

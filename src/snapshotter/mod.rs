@@ -676,16 +676,22 @@ impl Snapshotter {
 
     /// Directory ids of `parent` and its ancestors, nearest first.
     fn chain(get: impl Fn(&str) -> std::result::Result<Option<Record>, StoreError>, parent: &str) -> Result<Vec<u64>> {
-        let mut ids = Vec::new();
-        let mut next = parent.to_string();
+        Ok(Self::ancestors(get, parent)?.into_iter().map(|(_, r)| r.id).collect())
+    }
+
+    /// `key` and its ancestors with their records, nearest first.
+    fn ancestors(get: impl Fn(&str) -> std::result::Result<Option<Record>, StoreError>, key: &str) -> Result<Vec<(String, Record)>> {
+        let mut out = Vec::new();
+        let mut next = key.to_string();
         while !next.is_empty() {
             let r = get(&next)?.ok_or_else(|| {
                 SnapshotterError::Store(StoreError::Corrupt { key: next.clone(), reason: "ancestor missing".into() })
             })?;
-            ids.push(r.id);
-            next = r.parent;
+            let parent = r.parent.clone();
+            out.push((next, r));
+            next = parent;
         }
-        Ok(ids)
+        Ok(out)
     }
 
     pub fn prepare(&self, key: &str, parent: &str, labels: Labels, ns_hint: Option<&str>) -> Result<Vec<Mount>> {
@@ -858,7 +864,7 @@ impl Snapshotter {
     /// its unpack steps applied while pullgate had no record of it looked up again (pullgate may
     /// know it now, as private), and marked preloaded when it entered the protected-layer log
     /// after that step (the namespace held it before pullgate knew it). A chain whose steps
-    /// pullgate cannot follow keeps its record's reading.
+    /// pullgate cannot follow keeps its record's reading, marked `unfollowed` for the gate.
     fn chain_for_use(&self, tx: &crate::metastore::ReadTx, key: &str) -> Result<ChainInfo> {
         self.chain_for_use_hinted(tx, key, &[])
     }
@@ -887,14 +893,7 @@ impl Snapshotter {
     /// log after the step), or stays unknown; a snapshot that added no layer (a copy, a commit
     /// of a container's changes) adds nothing. None when a step is not one pullgate can follow.
     fn unknown_steps_looked_up(&self, tx: &crate::metastore::ReadTx, key: &str, hints: &[String], thorough: bool) -> Result<Option<ChainInfo>> {
-        let mut steps = Vec::new();
-        let mut next = key.to_string();
-        while !next.is_empty() {
-            let r = tx.get(&next)?.ok_or_else(|| SnapshotterError::Store(StoreError::Corrupt { key: next.clone(), reason: "ancestor missing".into() }))?;
-            let parent = r.parent.clone();
-            steps.push((next, r));
-            next = parent;
-        }
+        let steps = Self::ancestors(|k| tx.get(k), key)?;
         let mut out = ChainInfo::default();
         let (mut known, mut unknown) = (0usize, 0u32);
         // A snapshot that added no layer and whose chain cannot be established lies below: an
@@ -1006,7 +1005,7 @@ impl Snapshotter {
                 false => r.labels.get(PRINCIPAL_LABEL).cloned().unwrap_or_default(),
             };
             // A container or view: its parent's chain, as a new one on it would be decided; an
-            // unpack step (or a snapshot on nothing): what its record says.
+            // unpack step: its own chain, as it reads now; a snapshot on nothing: its record.
             let chain = match (extract_target(r.kind, key).is_some(), r.parent.is_empty()) {
                 // An unpack step: its chain, itself included, as it reads now.
                 (true, _) => self.chain_for_use(tx, key)?,

@@ -103,8 +103,11 @@ impl Service {
                 // Worked out only for a refusal: every other Prepare and View goes on at once.
                 let namespace = super::namespace_of_key(&key).or(ns.as_deref()).unwrap_or_default().to_string();
                 let chain = super::extract_target(if view { Kind::View } else { Kind::Active }, &key).unwrap_or_else(|| super::name_of_key(&parent).to_string());
-                let principal = labels.get(super::PRINCIPAL_LABEL).cloned().unwrap_or_default();
-                let principal = if sandbox { String::new() } else { principal };
+                // (A sandbox is prepared for no principal.)
+                let principal = match sandbox {
+                    true => String::new(),
+                    false => labels.get(super::PRINCIPAL_LABEL).cloned().unwrap_or_default(),
+                };
                 match !chain.is_empty() && (sandbox || !self.snap.serves_front(&namespace)) {
                     true => public.establish(&namespace, &principal, &chain).await.map(|name| (name, principal, namespace)),
                     false => None,
