@@ -42,12 +42,13 @@ pub struct ManifestRec {
     pub layers: Vec<String>,
     /// Uncompressed digests from the config, base first.
     pub diff_ids: Vec<String>,
-    /// Origins the manifest was fetched from.
+    /// Up to `MANIFEST_ORIGIN_EXAMPLES` origins the manifest was fetched from (for `inspect`).
     pub origins: BTreeSet<String>,
-    /// References it was fetched as, each with the origin that answered: entries made by
-    /// [`name_entry`] (`<origin> <host/repo:tag>`), read with [`split_name`]. For messages and
-    /// look-ups by name, which match the origin too, so a name fetched from elsewhere (a
-    /// request's hosts.toml) never stands for the registry of that name.
+    /// Up to `MANIFEST_NAME_EXAMPLES` references it was fetched as, each with the origin that
+    /// answered: entries made by [`name_entry`] (`<origin> <host/repo:tag>`), read with
+    /// [`split_name`]. For messages; look-ups by name read the `Names` table
+    /// ([`manifests_named`]), which holds every name and matches the origin too, so a name
+    /// fetched from elsewhere (a request's hosts.toml) never stands for the registry of that name.
     pub names: BTreeSet<String>,
 }
 
@@ -55,6 +56,13 @@ pub struct ManifestRec {
 /// `inspect`). Bounded so that a popular base layer's record stays small: the gate decides
 /// membership from the granted manifests themselves.
 pub const LAYER_MANIFEST_EXAMPLES: usize = 8;
+
+/// How many names and origins a manifest's own record keeps (for messages and `inspect`).
+/// Bounded so that a manifest any tenant can fetch under names of its own (a popular public
+/// image, another tenant's image re-hosted) keeps a small record, read and written as often as
+/// before: every name is in the `Names` table, one key each.
+pub const MANIFEST_NAME_EXAMPLES: usize = 8;
+pub const MANIFEST_ORIGIN_EXAMPLES: usize = 8;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LayerRec {
@@ -293,13 +301,33 @@ pub fn split_name(entry: &str) -> (Option<&str>, &str) {
 
 /// Manifests fetched as the image name `name` (`host/repo:tag`) from one of `origins`.
 pub fn manifests_named(tx: &impl LedgerRead, origins: &[String], name: &str) -> Result<Vec<(String, ManifestRec)>, StoreError> {
-    let matches = |m: &ManifestRec| {
-        m.names.iter().any(|e| match split_name(e) {
-            (Some(o), n) => n == name && origins.iter().any(|x| x == o),
-            (None, _) => false,
-        })
-    };
-    Ok(tx.scan::<ManifestRec>(Collection::Manifests, "")?.into_iter().filter(|(_, m)| matches(m)).collect())
+    let mut digests = BTreeSet::new();
+    for o in origins {
+        for (k, ()) in tx.scan::<()>(Collection::Names, &key(&[o, name, ""]))? {
+            if let Some(d) = split_key(&k).get(2) {
+                digests.insert(d.to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for d in digests {
+        if let Some(m) = manifest(tx, &d)? {
+            out.push((d, m));
+        }
+    }
+    Ok(out)
+}
+
+/// Indexes name entry `entry` (made by [`name_entry`]) of manifest `digest`; entries without
+/// an origin are not indexed (they stand for no registry).
+fn index_name(tx: &mut WriteTx, digest: &str, entry: &str) -> Result<(), StoreError> {
+    if let (Some(o), n) = split_name(entry) {
+        let k = key(&[o, n, digest]);
+        if tx.get_val::<()>(Collection::Names, &k)?.is_none() {
+            tx.put_val(Collection::Names, &k, &())?;
+        }
+    }
+    Ok(())
 }
 
 pub fn layer(tx: &impl LedgerRead, diff_id: &str) -> Result<Option<LayerRec>, StoreError> {
@@ -468,6 +496,15 @@ pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
         }
         Ok(())
     })?;
+    // Every name a manifest's record held, in the table look-ups by name read.
+    tx.once("ledger_names", |tx| {
+        for (d, m) in tx.scan::<ManifestRec>(Collection::Manifests, "")? {
+            for e in &m.names {
+                index_name(tx, &d, e)?;
+            }
+        }
+        Ok(())
+    })?;
     tx.once("ledger_protected_index", |tx| {
         for (d, l) in tx.scan::<LayerRec>(Collection::Layers, "")? {
             index_protected(tx, &d, l.public)?;
@@ -512,13 +549,28 @@ pub fn record_manifest(tx: &mut WriteTx, digest: &str, m: &ManifestRec) -> Resul
             None => return Err(LedgerError::Unverified { blob: blob.clone(), claimed: d.clone() }),
         }
     }
-    let mut rec = manifest(tx, digest)?.unwrap_or_else(|| ManifestRec { config: m.config.clone(), layers: m.layers.clone(), diff_ids: m.diff_ids.clone(), ..Default::default() });
-    rec.origins.extend(m.origins.iter().cloned());
-    rec.names.extend(m.names.iter().cloned());
-    tx.put_val(Collection::Manifests, digest, &rec)?;
+    // Each record is written only when it changed: a pull of a manifest recorded before
+    // writes nothing but what it added.
+    let before = manifest(tx, digest)?;
+    let mut rec = before.clone().unwrap_or_else(|| ManifestRec { config: m.config.clone(), layers: m.layers.clone(), diff_ids: m.diff_ids.clone(), ..Default::default() });
+    for o in &m.origins {
+        if rec.origins.len() < MANIFEST_ORIGIN_EXAMPLES {
+            rec.origins.insert(o.clone());
+        }
+    }
+    for e in &m.names {
+        index_name(tx, digest, e)?;
+        if rec.names.len() < MANIFEST_NAME_EXAMPLES {
+            rec.names.insert(e.clone());
+        }
+    }
+    if before.as_ref() != Some(&rec) {
+        tx.put_val(Collection::Manifests, digest, &rec)?;
+    }
     let chains = chain_ids(&m.diff_ids);
     for (i, (blob, d)) in m.layers.iter().zip(&m.diff_ids).enumerate() {
-        let mut l = layer(tx, d)?.unwrap_or_default();
+        let before = layer(tx, d)?;
+        let mut l = before.clone().unwrap_or_default();
         l.blobs.insert(blob.clone());
         if l.manifests.len() < LAYER_MANIFEST_EXAMPLES {
             l.manifests.insert(digest.to_string());
@@ -526,10 +578,15 @@ pub fn record_manifest(tx: &mut WriteTx, digest: &str, m: &ManifestRec) -> Resul
         if !l.public {
             l.public = served_anonymously(tx, blob)?;
         }
-        tx.put_val(Collection::Layers, d, &l)?;
-        index_protected(tx, d, l.public)?;
+        if before.as_ref() != Some(&l) {
+            tx.put_val(Collection::Layers, d, &l)?;
+            index_protected(tx, d, l.public)?;
+        }
         let parent = if i == 0 { String::new() } else { chains[i - 1].clone() };
-        tx.put_val(Collection::Chains, &chains[i], &ChainRec { parent, diff_id: d.clone() })?;
+        let c = ChainRec { parent, diff_id: d.clone() };
+        if chain(tx, &chains[i])?.as_ref() != Some(&c) {
+            tx.put_val(Collection::Chains, &chains[i], &c)?;
+        }
     }
     Ok(())
 }
@@ -861,6 +918,38 @@ mod tests {
             let name = "reg:5000/private/app:v1";
             assert!(manifests_named(tx, &["reg:5000/private/app".into(), "http://reg:5000/private/app".into()], name)?.is_empty());
             assert_eq!(manifests_named(tx, &["http://evil:1/private/app".into()], name)?.len(), 1);
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_manifest_fetched_under_thousands_of_names_keeps_a_small_record_and_every_name() {
+        let (_d, s) = store();
+        let named = |i: usize| name_entry(&format!("reg:5000/t{i}/app"), &format!("reg:5000/t{i}/app:v1"));
+        s.write(|tx| {
+            record_pairing(tx, &Verified::for_test(&d('A'), &d('a')))?;
+            for chunk in (0..5000).collect::<Vec<_>>().chunks(500) {
+                let m = ManifestRec {
+                    layers: vec![d('A')],
+                    diff_ids: vec![d('a')],
+                    origins: chunk.iter().map(|i| format!("reg:5000/t{i}/app")).collect(),
+                    names: chunk.iter().map(|i| named(*i)).collect(),
+                    ..Default::default()
+                };
+                record_manifest(tx, &d('m'), &m)?;
+            }
+            Ok::<_, LedgerError>(())
+        })
+        .unwrap();
+        s.read(|tx| -> Result<(), StoreError> {
+            let rec = manifest(tx, &d('m'))?.unwrap();
+            assert_eq!((rec.names.len(), rec.origins.len()), (MANIFEST_NAME_EXAMPLES, MANIFEST_ORIGIN_EXAMPLES));
+            for i in [0, 2500, 4999] {
+                let found = manifests_named(tx, &[format!("reg:5000/t{i}/app")], &format!("reg:5000/t{i}/app:v1"))?;
+                assert_eq!(found.iter().map(|(m, _)| m.clone()).collect::<Vec<_>>(), vec![d('m')], "name {i}");
+            }
+            assert!(manifests_named(tx, &["reg:5000/t1/app".into()], "reg:5000/t2/app:v1")?.is_empty());
             Ok(())
         })
         .unwrap();

@@ -87,10 +87,13 @@ pub enum Collection {
     /// diffID -> the sequence number under which the layer first entered `ProtectedLog`: when
     /// pullgate first knew it as private.
     ProtectedSince,
+    /// `origin NUL name NUL manifest` -> (): every name a manifest was fetched as, with the
+    /// origin that answered (a manifest's own record keeps a few, for messages).
+    Names,
 }
 
 impl Collection {
-    const ALL: [Collection; 10] = [
+    const ALL: [Collection; 11] = [
         Collection::BlobOrigins,
         Collection::Manifests,
         Collection::Layers,
@@ -101,6 +104,7 @@ impl Collection {
         Collection::ProtectedLog,
         Collection::GrantLayers,
         Collection::ProtectedSince,
+        Collection::Names,
     ];
     fn def(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
         match self {
@@ -117,6 +121,7 @@ impl Collection {
             Collection::ProtectedLog => TableDefinition::new("ledger_protected_log"),
             Collection::GrantLayers => TableDefinition::new("ledger_grant_layers"),
             Collection::ProtectedSince => TableDefinition::new("ledger_protected_since"),
+            Collection::Names => TableDefinition::new("ledger_names"),
         }
     }
 }
@@ -200,7 +205,7 @@ pub struct MetaStore {
 
 /// A read transaction. Ledger tables are opened once per transaction and reused: a gate
 /// decision reads several collections many times.
-pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; 10]);
+pub struct ReadTx(redb::ReadTransaction, [std::cell::OnceCell<redb::ReadOnlyTable<&'static str, &'static [u8]>>; Collection::ALL.len()]);
 
 /// What `each_snapshot` calls with each record, until it says Break.
 pub type SnapshotVisitor<'a> = &'a mut dyn FnMut(&str, Record) -> Result<std::ops::ControlFlow<()>, StoreError>;

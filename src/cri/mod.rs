@@ -12,6 +12,7 @@
 //!
 //! Every other call, streams and methods this build does not know included, is forwarded as
 //! raw bytes, unchanged.
+pub mod names;
 pub mod wire;
 
 use crate::config::CriPrincipal;
@@ -397,7 +398,7 @@ impl Front {
         // kubelet sends the image's ID in `image` and the pod's own name in
         // `user_specified_image` (possibly short, as Docker reads it: `nginx:1.25`).
         let asked = [&spec.user_specified_image, &spec.image].into_iter().find_map(|n| parse_as_docker(n).map(|r| r.origin()));
-        let (diff_ids, mut names) = self.claimed_layers(spec, &shown).await?;
+        let (diff_ids, mut names) = self.claimed_layers(spec, &shown, asked.as_deref()).await?;
         // The name the pod asked for is asked first: other names of the image (other tenants'
         // repositories, pulled through the front) come after it.
         names.sort_by_key(|(n, _)| Reference::parse(n).ok().map(|r| r.origin()) != asked);
@@ -447,7 +448,7 @@ impl Front {
     /// for one), and a checkpoint image (containerd 2.x restores it onto another image, which it
     /// pulls itself): pullgate could not decide what the container would run.
     /// Also the record's names (tags and repo digests) with the digest each points at.
-    async fn claimed_layers(&self, spec: cri::ImageSpec, shown: &str) -> Result<(Vec<String>, Vec<(String, String)>), Status> {
+    async fn claimed_layers(&self, spec: cri::ImageSpec, shown: &str, asked: Option<&str>) -> Result<(Vec<String>, Vec<(String, String)>), Status> {
         // containerd 2.1 looks for a file of that name before it looks for an image: a
         // checkpoint archive to restore from (relative paths from its working directory, "/"
         // as a service; pullgate's own too, to be sure), whatever image the name also is.
@@ -455,6 +456,7 @@ impl Front {
         if !spec.image.is_empty() && (named.exists() || std::path::Path::new("/").join(named).exists()) {
             return Err(undecidable(shown, "it names a file on the node, which containerd restores from as a checkpoint archive; not supported through pullgate"));
         }
+        let requested = parse_as_docker(&spec.image).map(|r| r.image_name());
         let st: cri::ImageStatusResponse = self.call("/runtime.v1.ImageService/ImageStatus", cri::ImageStatusRequest { image: Some(spec), verbose: false }).await?;
         let undecidable = |why: &str| undecidable(shown, why);
         let Some(image) = st.image.filter(|i| crate::reference::is_digest(&i.id)) else {
@@ -467,33 +469,46 @@ impl Front {
             let cd = &cd;
             async move { cd.read_content(&d, crate::registry::MAX_MANIFEST).await.map_err(|e| Status::new(e.code, format!("pullgate: image {shown}: {d}: {e}"))) }
         };
-        // containerd builds the container from one of the image's names as its record stands
-        // then: every name must still be this image (CRI's list of names can lag behind a name
-        // re-pointed meanwhile), and none a checkpoint image.
-        let mut seen = std::collections::HashSet::new();
-        let mut names = Vec::new();
-        for name in image.repo_tags.iter().chain(&image.repo_digests).chain(std::iter::once(&image.id)) {
+        // containerd builds the container from the first of the image's names (in its own
+        // order) as its record stands then: that name must still be this image (CRI's list of
+        // names can lag behind a name re-pointed meanwhile), and not a checkpoint image. Other
+        // names (of the pod's repository first) only say where to ask whether the image is
+        // public: one that names another image now is left out. A bounded few are looked up,
+        // however many names other tenants gave the image.
+        // A name in the request (a client other than kubelet, an image volume) is resolved by
+        // containerd as given: it must be this image too.
+        let looked = names::to_look_up(image.repo_tags.iter().chain(&image.repo_digests), asked);
+        let must = [looked.first().copied(), requested.as_deref(), Some(image.id.as_str())];
+        let mut checked: HashMap<String, bool> = HashMap::new();
+        let mut out = Vec::new();
+        for name in looked.iter().copied().chain(requested.as_deref()).chain(std::iter::once(image.id.as_str())) {
             let Some(t) = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))? else { continue };
-            if *name != image.id {
-                names.push((name.clone(), t.digest.clone()));
-            }
-            // The names of one image mostly share their target: each is read and checked once.
-            if !seen.insert(t.digest.clone()) {
+            let this_image = match checked.get(&t.digest) {
+                // The names of one image mostly share their target: each is read and checked once.
+                Some(ok) => *ok,
+                None => {
+                    let target = read(&t.digest).await?;
+                    Self::refuse_checkpoint(&target, &t.media_type, shown)?;
+                    let ok = self.configs_for_platform(&target, &t.media_type, shown, &read).await?.iter().all(|c| *c == image.id);
+                    checked.insert(t.digest.clone(), ok);
+                    ok
+                }
+            };
+            if !this_image {
+                // Other names of the image may be other tenants' repositories: logged only.
+                tracing::warn!(image = %shown, %name, id = %image.id, "CRI CreateContainer: a name of the image now names another image");
+                if must.contains(&Some(name)) {
+                    return Err(undecidable("the name containerd builds it from now names another image; retry"));
+                }
                 continue;
             }
-            let target = read(&t.digest).await?;
-            Self::refuse_checkpoint(&target, &t.media_type, shown)?;
-            for config in self.configs_for_platform(&target, &t.media_type, shown, &read).await? {
-                if config != image.id {
-                    // Other names of the image may be other tenants' repositories: logged only.
-                    tracing::warn!(image = %shown, %name, now = %config, id = %image.id, "CRI CreateContainer: a name of the image now names another image");
-                    return Err(undecidable("one of its names now names another image; retry"));
-                }
+            if name != image.id && !out.iter().any(|(n, _)| n == name) {
+                out.push((name.to_string(), t.digest.clone()));
             }
         }
         let bytes = read(&image.id).await?;
         let config = crate::document::config(&bytes).map_err(|e| Status::failed_precondition(format!("pullgate: image config {}: {e}", image.id)))?;
-        Ok((config.rootfs().diff_ids().to_vec(), names))
+        Ok((config.rootfs().diff_ids().to_vec(), out))
     }
 
     /// The configs an image record's target (`bytes`, of media type `media_type`) gives this
