@@ -7,7 +7,13 @@
 #     grant; the image's blobs and unpacked layers are reused), and
 #   - straight to containerd's CRI (which also re-resolves the manifest and trusts the cached
 #     blobs, but records nothing and so protects nothing);
-# plus, for scale, the first pull of the image (which downloads it) through the front.
+# plus, for scale, the first pull of the image (which downloads it) through the front. Then
+# CreateContainer:
+#   - of the private image for a pod whose namespace verified it, through the front, with the
+#     image's own names and then with 5,000 more names on it (what a tenant's pulls of the same
+#     manifest under names of its own leave): the time and the containerd calls the front's
+#     decision made (counted by pullgate), and their ratio;
+#   - of a public image, through the front and straight to containerd's CRI.
 # Time per call (the CRI client's process included) and bytes served by the registry and its
 # token server. The image is private (token-auth registry), 6 layers of 20 MB plus a base.
 # Usage: sudo bench/cri.sh [VERSION]   (REPS overrides the repetitions)
@@ -69,3 +75,43 @@ printf '| %-62s | %7.3f s | %12s |\n' "through pullgate's CRI front (verified, g
 printf '| %-62s | %7.3f s | %12s |\n' "straight to containerd's CRI (nothing verified or recorded)" "$td" "$(med "${B[direct]}")"
 printf '| %-62s | %7.3f s | %12s |\n' "for scale: the first pull through the front (downloads)" "${T[first]}" "${B[first]}"
 printf 'front / straight: time %.2f, bytes %.2f\n' "$(echo "$tf / $td" | bc -l)" "$(echo "$(med "${B[front]}") / $(med "${B[direct]}")" | bc -l)"
+
+# CreateContainer: REPS containers of IMAGE in pod SID of NAMESPACE via VIA, each removed after;
+# prints the times.
+creates() { # creates VIA NAMESPACE SID IMAGE TAG
+  local out cid t0 t1 times=""
+  for rep in $(seq 1 "$REPS"); do
+    t0=$EPOCHREALTIME
+    out=$("$1" --pod "app:$2:uid-$2" CreateContainer "{\"pod_sandbox_id\":\"$3\",\"config\":{\"metadata\":{\"name\":\"$5-$rep\"},\"image\":{\"image\":\"$4\"},\"command\":[\"/bin/sh\",\"-c\",\"true\"],\"log_path\":\"c.log\"}}" 2>&1) \
+      || echo "CreateContainer via $1 for $2 failed: $out" >&2
+    t1=$EPOCHREALTIME; times+="$(elapsed "$t0" "$t1") "
+    cid=$(sed -n 's/.*"container_id":"\([0-9a-f]*\)".*/\1/p' <<<"$out")
+    [ -n "$cid" ] && direct RemoveContainer "{\"container_id\":\"$cid\"}" >/dev/null 2>&1
+  done
+  echo "$times"
+}
+# calls_since MARK: the containerd calls of each CreateContainer decision logged since MARK.
+calls_since() { tail -n +"$(( $1 + 1 ))" "$PG/log" | sed -n 's/.*names=\([0-9]*\) containerd_calls=\([0-9]*\) bytes_read=\([0-9]*\).*/\1 names: \2 calls, \3 bytes/p' | sort | uniq -c | sed 's/^ *//'; }
+sid=$(front --pod "app:team-first:uid-team-first" RunPodSandbox '{}' | sed -n 's/.*"pod_sandbox_id":"\([0-9a-f]*\)".*/\1/p')
+PG_LOG_MARK=$(wc -l < "$PG/log")
+c0=$(creates front team-first "$sid" "$IMG" own)
+calls0=$(calls_since "$PG_LOG_MARK")
+seq -f "$REG_t/aaa-many/n%05g:v1" 1 5000 | xargs -n 1000 "${CTR[@]}" -n k8s.io images tag --force "$IMG" >/dev/null
+PG_LOG_MARK=$(wc -l < "$PG/log")
+c5=$(creates front team-first "$sid" "$IMG" many)
+calls5=$(calls_since "$PG_LOG_MARK")
+PUBIMG=$REG_pub/k8s/pause:v1
+sidd=$(direct --pod "app:team-pub:uid-team-pub" RunPodSandbox '{}' | sed -n 's/.*"pod_sandbox_id":"\([0-9a-f]*\)".*/\1/p')
+cf=$(creates front team-pub "$sidd" "$PUBIMG" pubf)
+cd_=$(creates direct team-pub "$sidd" "$PUBIMG" pubd)
+echo
+printf '| %-62s | %9s |\n' "CreateContainer ($REPS runs, median)" "time"
+printf '|%s|%s|\n' "----------------------------------------------------------------" "-----------"
+printf '| %-62s | %7.3f s |\n' "private image, its own names, through the front" "$(med "$c0")"
+printf '| %-62s | %7.3f s |\n' "the same image with 5,000 more names, through the front" "$(med "$c5")"
+printf '| %-62s | %7.3f s |\n' "public image, through the front" "$(med "$cf")"
+printf '| %-62s | %7.3f s |\n' "public image, straight to containerd's CRI" "$(med "$cd_")"
+printf 'containerd calls per CreateContainer decision (count, names on the image: calls, bytes read):\n  own names: %s\n  5,000 more: %s\n' \
+  "$(tr '\n' ';' <<<"$calls0")" "$(tr '\n' ';' <<<"$calls5")"
+printf 'CreateContainer with 5,000 names / with its own: time %.2f (target: at most 1.2)\n' "$(echo "$(med "$c5") / $(med "$c0")" | bc -l)"
+printf 'CreateContainer of a public image, front / straight: time %.2f (target: at most 1.2)\n' "$(echo "$(med "$cf") / $(med "$cd_")" | bc -l)"

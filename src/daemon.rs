@@ -206,6 +206,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         holders: Default::default(),
         not_public: Default::default(),
         no_public_names: Default::default(),
+        on_node: Default::default(),
     });
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(tx));

@@ -74,6 +74,13 @@ struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PurposeLabels {
+    /// `create_container` (the CRI front's decision: the image's status, names and documents)
+    /// or `refused_request` (a refused Prepare or View reading its namespace's image records).
+    purpose: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: &'static str,
 }
@@ -85,6 +92,8 @@ struct Metrics {
     requests: Family<RequestLabels, Counter>,
     blobs: Family<SourceLabels, Counter>,
     blob_bytes: Family<SourceLabels, Counter>,
+    containerd_calls: Family<PurposeLabels, Counter>,
+    containerd_read: Family<PurposeLabels, Counter>,
     grants: Gauge,
     database_bytes: Gauge,
     snapshots: Family<KindLabels, Gauge>,
@@ -106,6 +115,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         requests: Family::default(),
         blobs: Family::default(),
         blob_bytes: Family::default(),
+        containerd_calls: Family::default(),
+        containerd_read: Family::default(),
         grants: Gauge::default(),
         database_bytes: Gauge::default(),
         snapshots: Family::default(),
@@ -126,6 +137,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     registry.register("registry_requests", "HTTP requests to registries and token servers, by kind and outcome class", m.requests.clone());
     registry.register("blobs", "Blobs a pull or verify obtained, by source (downloaded from the registry; adopted from the node's shared content store; copied from another namespace's content under an isolated store)", m.blobs.clone());
     registry.register_with_unit("blob", "Bytes of the blobs a pull or verify obtained, by source", Unit::Bytes, m.blob_bytes.clone());
+    registry.register("containerd_calls", "Calls to containerd's API made to decide a request, by purpose", m.containerd_calls.clone());
+    registry.register_with_unit("containerd_read", "Bytes of documents read from containerd's content store to decide a request, by purpose", Unit::Bytes, m.containerd_read.clone());
     registry.register("grants", "Grants in the ledger (computed at scrape)", m.grants.clone());
     registry.register_with_unit("metadata_database", "Size of the metadata database (snapshots and ledger) on disk (computed at scrape)", Unit::Bytes, m.database_bytes.clone());
     registry.register("snapshots", "Snapshots, by kind (computed at scrape)", m.snapshots.clone());
@@ -177,6 +190,13 @@ pub fn record_snapshot_call(op: &str, gated: Gated) {
 /// class ("ok", "unauthenticated", "denied", "not_found", "unavailable", "error").
 pub fn record_op(op: &'static str, since: Instant, result: &'static str) {
     METRICS.ops.get_or_create(&OpLabels { op, result }).observe(since.elapsed().as_secs_f64());
+}
+
+/// Calls made to containerd's API, and document bytes read from its content store, to decide
+/// one request (`purpose`: `create_container` or `refused_request`).
+pub fn record_containerd_reads(purpose: &'static str, calls: u64, bytes: u64) {
+    METRICS.containerd_calls.get_or_create(&PurposeLabels { purpose }).inc_by(calls);
+    METRICS.containerd_read.get_or_create(&PurposeLabels { purpose }).inc_by(bytes);
 }
 
 /// One HTTP exchange with a registry (`kind` "registry") or token server ("token"): its status,

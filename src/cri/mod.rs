@@ -464,10 +464,15 @@ impl Front {
         };
         // containerd's own API on the connection the front already holds to its socket.
         let cd = pull::containerd::Containerd::on(self.upstream.clone(), CRI_NAMESPACE);
+        let counted = Counted::default();
         let read = |d: &str| {
             let d = d.to_string();
-            let cd = &cd;
-            async move { cd.read_content(&d, crate::registry::MAX_MANIFEST).await.map_err(|e| Status::new(e.code, format!("pullgate: image {shown}: {d}: {e}"))) }
+            let (cd, counted) = (&cd, &counted);
+            async move {
+                let bytes = cd.read_content(&d, crate::registry::MAX_MANIFEST).await.map_err(|e| Status::new(e.code, format!("pullgate: image {shown}: {d}: {e}")))?;
+                counted.call(bytes.len());
+                Ok(bytes)
+            }
         };
         // containerd builds the container from the first of the image's names (in its own
         // order) as its record stands then: that name must still be this image (CRI's list of
@@ -482,6 +487,7 @@ impl Front {
         let mut checked: HashMap<String, bool> = HashMap::new();
         let mut out = Vec::new();
         for name in looked.iter().copied().chain(requested.as_deref()).chain(std::iter::once(image.id.as_str())) {
+            counted.call(0);
             let Some(t) = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))? else { continue };
             let this_image = match checked.get(&t.digest) {
                 // The names of one image mostly share their target: each is read and checked once.
@@ -508,6 +514,8 @@ impl Front {
         }
         let bytes = read(&image.id).await?;
         let config = crate::document::config(&bytes).map_err(|e| Status::failed_precondition(format!("pullgate: image config {}: {e}", image.id)))?;
+        let (calls, bytes_read) = counted.so_far();
+        tracing::debug!(image = %shown, names = image.repo_tags.len() + image.repo_digests.len(), containerd_calls = calls, bytes_read, "CRI CreateContainer: the image's names and documents looked up");
         Ok((config.rootfs().diff_ids().to_vec(), out))
     }
 
@@ -608,6 +616,38 @@ fn parse_as_docker(name: &str) -> Option<Reference> {
         (false, false) => format!("docker.io/library/{name}"),
     };
     Reference::parse(&full).ok()
+}
+
+/// The calls to containerd (and document bytes read) one CreateContainer's decision made,
+/// counted when it ends (`pullgate_containerd_calls_total{purpose="create_container"}`). The
+/// image's status is the first.
+struct Counted {
+    calls: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl Default for Counted {
+    fn default() -> Self {
+        Counted { calls: 1.into(), bytes: 0.into() }
+    }
+}
+
+impl Counted {
+    /// (calls, bytes) so far.
+    fn so_far(&self) -> (u64, u64) {
+        (self.calls.load(std::sync::atomic::Ordering::Relaxed), self.bytes.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    fn call(&self, bytes: usize) {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.bytes.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        crate::metrics::record_containerd_reads("create_container", *self.calls.get_mut(), *self.bytes.get_mut());
+    }
 }
 
 /// A container the front cannot decide (of image `shown`), and why: refused.

@@ -8,6 +8,7 @@
 //! under a lease, labels them, creates the image record and unpacks into pullgate with
 //! `containerd.io/snapshot.ref`, so an authorised namespace adopts a chain already unpacked.
 pub mod containerd;
+pub mod onnode;
 
 use crate::credential::{short, Credential, IdentityKey, ANONYMOUS};
 use crate::diffid::{self, DiffIdError, Verified};
@@ -150,6 +151,8 @@ pub struct Puller {
     /// and until when it is not worked out again (`establish`): a namespace's own records are
     /// read at most once per `UNREACHABLE_RETRY` for a chain, however often it is refused.
     pub no_public_names: Recent<(String, String)>,
+    /// Each namespace's image records as containerd runs them, read for refused requests.
+    pub on_node: onnode::Readings,
 }
 
 /// Holder hints kept at most (then forgotten at once and learnt again).
@@ -224,8 +227,6 @@ impl<K: std::hash::Hash + Eq + Clone> Recent<K> {
 
 /// At most this many of an image's names are asked whether the image is public there.
 const PUBLIC_NAMES: usize = 4;
-/// At most this many image records of a namespace are read for the names on a chain.
-const PUBLIC_IMAGES: usize = 512;
 
 impl Puller {
     /// Whether an image is public at its own origin, established by pullgate itself: an
@@ -288,58 +289,6 @@ impl Puller {
             }
         }
         None
-    }
-
-    /// The image records of `namespace` whose image, as containerd runs it on this node,
-    /// holds the layer chain `chain` (its own, or one below it): name and target digest.
-    /// Records that cannot be read are skipped (they name nothing here).
-    async fn names_on_chain(&self, namespace: &str, chain: &str) -> Vec<(String, String)> {
-        let cd = Containerd::on(self.channel.clone(), namespace);
-        let images = match cd.images(PUBLIC_IMAGES).await {
-            Ok(i) => i,
-            Err(e) => {
-                tracing::warn!(%namespace, error = %e, "cannot list the namespace's images");
-                return vec![];
-            }
-        };
-        let platform = registry::host_platform();
-        let Ok((os, arch, variant)) = registry::parse_platform(&platform) else { return vec![] };
-        let mut out = Vec::new();
-        for (name, target) in images {
-            if let Ok(r) = Self::read_on_node(&cd, &target, (&os, &arch, variant.as_deref())).await {
-                if ledger::chain_ids(&r.diff_ids).iter().any(|c| c == chain) {
-                    out.push((name, target.digest));
-                }
-            }
-        }
-        out
-    }
-
-    /// An image record's target read as containerd runs it on `platform`, from the
-    /// namespace's content ([`crate::document::read_image`], given each document it asks for).
-    async fn read_on_node(cd: &Containerd, target: &containerd_client::types::Descriptor, platform: (&str, &str, Option<&str>)) -> std::result::Result<crate::document::Reading, String> {
-        let root = cd.read_content(&target.digest, MAX_MANIFEST).await.map_err(|e| e.to_string())?;
-        let mut have: HashMap<String, Vec<u8>> = HashMap::new();
-        // The target, an index's entry, the config: each round reads the document it lacked.
-        for _ in 0..3 {
-            let mut missing = None;
-            let read = crate::document::read_image(&root, &target.media_type, platform, &mut |d| {
-                let got = have.get(d).cloned();
-                if got.is_none() {
-                    missing = Some(d.to_string());
-                }
-                got
-            });
-            match (read, missing) {
-                (Ok(r), _) => return Ok(r),
-                (Err(_), Some(d)) => {
-                    let bytes = cd.read_content(&d, MAX_MANIFEST).await.map_err(|e| e.to_string())?;
-                    have.insert(d, bytes);
-                }
-                (Err(e), None) => return Err(e),
-            }
-        }
-        Err("too many documents".into())
     }
 
     pub async fn verify(&self, req: &Request) -> Result<Outcome> {
@@ -1662,12 +1611,14 @@ impl Gathered {
 
 #[tonic::async_trait]
 impl crate::snapshotter::service::PublicAtOrigin for Puller {
-    async fn establish(&self, namespace: &str, principal: &str, chain: &str) -> Option<String> {
+    async fn establish(&self, namespace: &str, principal: &str, chain: &str, sandbox: bool) -> Option<String> {
         let key = (namespace.to_string(), chain.to_string());
         if self.no_public_names.holds(&key) {
             return None;
         }
-        let names = self.names_on_chain(namespace, chain).await;
+        let cd = Containerd::on(self.channel.clone(), namespace);
+        let (names, cost) = self.on_node.names_on_chain(&cd, namespace, chain, sandbox).await;
+        crate::metrics::record_containerd_reads("refused_request", cost.calls, cost.bytes);
         let found = match names.is_empty() {
             true => None,
             false => self.public_at_own_origin(namespace, principal, &names, false).await,

@@ -41,8 +41,9 @@ pub struct Service {
 #[tonic::async_trait]
 pub trait PublicAtOrigin: Send + Sync {
     /// `chain`: the chainID an unpack makes, or a container's or view's parent holds. Returns
-    /// the name that verified.
-    async fn establish(&self, namespace: &str, principal: &str, chain: &str) -> Option<String>;
+    /// the name that verified. `sandbox`: for a pod's sandbox (the images containerd's CRI
+    /// keeps are asked first).
+    async fn establish(&self, namespace: &str, principal: &str, chain: &str, sandbox: bool) -> Option<String>;
 }
 
 pub fn server(snap: Arc<Snapshotter>, public: Option<Arc<dyn PublicAtOrigin>>) -> SnapshotsServer<Service> {
@@ -109,7 +110,7 @@ impl Service {
                     false => labels.get(super::PRINCIPAL_LABEL).cloned().unwrap_or_default(),
                 };
                 match !chain.is_empty() && (sandbox || !self.snap.serves_front(&namespace)) {
-                    true => public.establish(&namespace, &principal, &chain).await.map(|name| (name, principal, namespace)),
+                    true => public.establish(&namespace, &principal, &chain, sandbox).await.map(|name| (name, principal, namespace)),
                     false => None,
                 }
             }
