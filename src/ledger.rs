@@ -445,6 +445,7 @@ const GRANTS_V2: &str = "ledger_grants_v2";
 /// - Grants move to the table of their current layout (see `GrantV1`), after a rollback too.
 /// - The protected-layer log (layers in the protected-layer index, in the order they entered).
 /// - The protected-layer index.
+/// - The names index (`Names`), from every manifest record's names, at every start.
 /// - Verified pairings: earlier versions took a layer's blobs from image configs, so every
 ///   fact derived from them is dropped: each layer loses its blobs and its public flag (it is
 ///   protected until a pull or verify pairs a blob with it again, by hashing the bytes, from
@@ -496,15 +497,14 @@ pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
         }
         Ok(())
     })?;
-    // Every name a manifest's record held, in the table look-ups by name read.
-    tx.once("ledger_names", |tx| {
-        for (d, m) in tx.scan::<ManifestRec>(Collection::Manifests, "")? {
-            for e in &m.names {
-                index_name(tx, &d, e)?;
-            }
+    // Every name a manifest's record holds, in the table look-ups by name read: at every start,
+    // as an earlier version (a rollback) records names in the manifest's record only. Writes
+    // only the entries missing.
+    for (d, m) in tx.scan::<ManifestRec>(Collection::Manifests, "")? {
+        for e in &m.names {
+            index_name(tx, &d, e)?;
         }
-        Ok(())
-    })?;
+    }
     tx.once("ledger_protected_index", |tx| {
         for (d, l) in tx.scan::<LayerRec>(Collection::Layers, "")? {
             index_protected(tx, &d, l.public)?;
@@ -950,6 +950,30 @@ mod tests {
                 assert_eq!(found.iter().map(|(m, _)| m.clone()).collect::<Vec<_>>(), vec![d('m')], "name {i}");
             }
             assert!(manifests_named(tx, &["reg:5000/t1/app".into()], "reg:5000/t2/app:v1")?.is_empty());
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn names_an_earlier_version_recorded_are_indexed_at_the_next_start() {
+        let (_d, s) = store();
+        let (o, n) = ("reg:5000/old/app", "reg:5000/old/app:v9");
+        s.write(|tx| {
+            upgrade(tx)?;
+            // As a version without the index writes a record (after a rollback).
+            let m = ManifestRec { layers: vec![d('A')], diff_ids: vec![d('a')], names: [name_entry(o, n)].into(), ..Default::default() };
+            tx.put_val(Collection::Manifests, &d('m'), &m)
+        })
+        .unwrap();
+        s.read(|tx| -> Result<(), StoreError> {
+            assert!(manifests_named(tx, &[o.into()], n)?.is_empty());
+            Ok(())
+        })
+        .unwrap();
+        s.write(|tx| upgrade(tx)).unwrap();
+        s.read(|tx| -> Result<(), StoreError> {
+            assert_eq!(manifests_named(tx, &[o.into()], n)?.len(), 1);
             Ok(())
         })
         .unwrap();

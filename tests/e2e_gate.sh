@@ -707,6 +707,18 @@ check_out "pullgate revoke -n A" "revoked" pg revoke -n A
 check_refused "after revoke, A is refused" "$DENIED \"A\"" "$LEAK" run_img A a7 "$HPRIV"
 check_refused "after revoke, a view of A's top chain (ctr snapshots view) is refused too" "$DENIED \"A\"" "" \
   ctr_ -n A snapshots --snapshotter pullgate view view-a7 "${CH[4]}"
+# Refusals cost A's image records one reading per 10 s, whatever chains they name (each refused
+# request of a namespace the front does not serve asks whether an image on its chain is public
+# at its own origin).
+mark=$(wc -l < "$PG/log"); nref=0
+for i in 1 2 3 4; do
+  for c in 3 4; do
+    out=$(ctr_ -n A snapshots --snapshotter pullgate view "amp-$c-$i" "${CH[$c]}" 2>&1) || { grep -qF "$DENIED \"A\"" <<<"$out" && nref=$((nref + 1)); }
+  done
+done
+reads=$(tail -n +"$((mark + 1))" "$PG/log" | grep -c "read the namespace's image records")
+check "8 refused views of A's two private chains (refused: $nref) read A's image records at most once (read: $reads)" \
+  test "$nref" -eq 8 -a "$reads" -le 1
 check "verify restores access" pg verify -n A "${REGF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
 check_out "A runs" "$LEAK" run_img A a8 "$HPRIV"
 check "and the view of the top chain is allowed again" ctr_ -n A snapshots --snapshotter pullgate view view-a8 "${CH[4]}"

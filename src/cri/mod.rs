@@ -514,6 +514,16 @@ impl Front {
         }
         let bytes = read(&image.id).await?;
         let config = crate::document::config(&bytes).map_err(|e| Status::failed_precondition(format!("pullgate: image config {}: {e}", image.id)))?;
+        // Pinned names (`repo@digest`) say where to ask whether the image is public without
+        // a call each: every one is passed on, as the check skips those refused lately, so
+        // that names other tenants added do not keep the image's own from being asked.
+        for d in &image.repo_digests {
+            if let Some((_, digest)) = d.split_once('@') {
+                if !out.iter().any(|(n, _)| n == d) {
+                    out.push((d.clone(), digest.to_string()));
+                }
+            }
+        }
         let (calls, bytes_read) = counted.so_far();
         tracing::debug!(image = %shown, names = image.repo_tags.len() + image.repo_digests.len(), containerd_calls = calls, bytes_read, "CRI CreateContainer: the image's names and documents looked up");
         Ok((config.rootfs().diff_ids().to_vec(), out))
@@ -614,6 +624,13 @@ fn parse_as_docker(name: &str) -> Option<Reference> {
         (true, _) => name.to_string(),
         (false, true) => format!("docker.io/{name}"),
         (false, false) => format!("docker.io/library/{name}"),
+    };
+    // Docker Hub's names as containerd writes them: `index.docker.io` is `docker.io`, and a
+    // repository there without a path is under `library/`.
+    let full = match full.split_once('/') {
+        Some(("docker.io" | "index.docker.io", rest)) if !rest.split(['@', ':']).next().unwrap_or_default().contains('/') => format!("docker.io/library/{rest}"),
+        Some(("index.docker.io", rest)) => format!("docker.io/{rest}"),
+        _ => full,
     };
     Reference::parse(&full).ok()
 }
@@ -822,6 +839,10 @@ mod tests {
         assert_eq!(origin("team/app").as_deref(), Some("docker.io/team/app"));
         assert_eq!(origin("reg.io:5000/team/app:v1").as_deref(), Some("reg.io:5000/team/app"));
         assert_eq!(origin("localhost/app").as_deref(), Some("localhost/app"));
+        assert_eq!(origin("docker.io/nginx:1.25").as_deref(), Some("docker.io/library/nginx"));
+        assert_eq!(origin("index.docker.io/nginx").as_deref(), Some("docker.io/library/nginx"));
+        assert_eq!(origin("index.docker.io/team/app:v1").as_deref(), Some("docker.io/team/app"));
+        assert_eq!(origin("docker.io/team/app@sha256:0000000000000000000000000000000000000000000000000000000000000000").as_deref(), Some("docker.io/team/app"));
         assert_eq!(origin("sha256:0123"), None);
         assert_eq!(principal_of(CriPrincipal::Pod, Some(&no_uid)).unwrap(), "team-a/web-0");
         assert_eq!(principal_of(CriPrincipal::Pod, None).unwrap(), "");

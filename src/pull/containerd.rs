@@ -648,11 +648,13 @@ impl Containerd {
     }
 
     /// The namespace's image records that pass `filters` (containerd's filter syntax): name
-    /// and target, read from one answer of at most `max_message` bytes.
+    /// and target, oldest first, read from one answer of at most `max_message` bytes.
     pub async fn images_filtered(&self, filters: &[&str], max_message: usize) -> Result<Vec<(String, Descriptor)>> {
         let req = containerd_client::services::v1::ListImagesRequest { filters: filters.iter().map(|f| f.to_string()).collect() };
         let list = ImagesClient::new(self.channel.clone()).max_decoding_message_size(max_message).list(self.req(req)).await.map_err(err("list images".to_string()))?;
-        Ok(list.into_inner().images.into_iter().filter_map(|i| i.target.map(|t| (i.name, t))).collect())
+        let mut images = list.into_inner().images;
+        images.sort_by_key(|i| i.created_at.as_ref().map(|t| (t.seconds, t.nanos)));
+        Ok(images.into_iter().filter_map(|i| i.target.map(|t| (i.name, t))).collect())
     }
 
     /// What image record `name` points at (None: no such record).

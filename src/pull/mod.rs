@@ -205,17 +205,20 @@ impl<K> Default for Recent<K> {
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Recent<K> {
-    /// Whether `key` is remembered still (forgetting every key whose moment has passed).
+    /// Whether `key` is remembered still (a key whose moment has passed is forgotten when the
+    /// memory is full).
     fn holds(&self, key: &K) -> bool {
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let now = std::time::Instant::now();
-        m.retain(|_, until| *until > now);
-        m.contains_key(key)
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(key).is_some_and(|until| *until > std::time::Instant::now())
     }
 
     /// Remembers `key` for `time` from now.
     fn remember(&self, key: K, time: std::time::Duration) {
         let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= MAX_NOT_PUBLIC {
+            let now = std::time::Instant::now();
+            m.retain(|_, until| *until > now);
+        }
         if m.len() >= MAX_NOT_PUBLIC {
             if let Some(soonest) = m.iter().min_by_key(|(_, until)| **until).map(|(k, _)| k.clone()) {
                 m.remove(&soonest);
@@ -250,7 +253,10 @@ impl Puller {
             if self.not_public.holds(&pinned) {
                 continue;
             }
-            if asked.len() >= PUBLIC_NAMES || !asked.insert(pinned.clone()) {
+            if asked.len() >= PUBLIC_NAMES {
+                break;
+            }
+            if !asked.insert(pinned.clone()) {
                 continue;
             }
             let Ok(reference) = Reference::parse(&pinned) else { continue };
