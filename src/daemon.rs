@@ -207,6 +207,7 @@ pub async fn serve(cfg: Config) -> Result<(), DaemonError> {
         not_public: Default::default(),
         no_public_names: Default::default(),
         on_node: Default::default(),
+        unreachable: Default::default(),
     });
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(tx));

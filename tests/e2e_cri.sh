@@ -53,6 +53,10 @@
 #  19. 5,000 names on the public image of 16 (what a tenant's pulls of the same manifest under
 #      names of its own leave; on 2.1): pods without a secret still run it, as kubelet asks and
 #      by ID alone, each CreateContainer costing as many containerd calls as before the names.
+#  20. registry trouble does not spread: a pod holding a fresh grant keeps creating containers
+#      while its image's registry answers 429 and while it is down; a pod without one is
+#      refused saying the registry could not be reached, and runs a public image once its
+#      origin answers again.
 # The registries of 4 and 14 serve TLS with this run's CA (use_tls_registries): what spares a
 # download is an endpoint pullgate verified.
 # About a minute per containerd version.
@@ -70,6 +74,7 @@ IMPMSG="private app of team-a at a plain-http registry"
 DUPMSG="public app also served privately"
 DUP2MSG="another public app also served privately"
 DUP3MSG="a third public app, named privately by a tenant"
+DUP5MSG="a public app whose origin answers 429"
 PW_MAL=mallory-Cri-6q1z
 PRIVMSG="private app of team-a"
 REFUSED='pullgate refused pod'
@@ -84,6 +89,7 @@ mk "$WORK/tpriv" --tag v1 --message "$TOKMSG" --extra-layers 1 --layer-mb 0.1 --
 mk "$WORK/dup" --tag v1 --message "$DUPMSG" --extra-layers 1 --layer-mb 0.1 --seed 51
 mk "$WORK/dup2" --tag v1 --message "$DUP2MSG" --extra-layers 1 --layer-mb 0.1 --seed 53
 mk "$WORK/dup3" --tag v1 --message "$DUP3MSG" --extra-layers 1 --layer-mb 0.1 --seed 55
+mk "$WORK/dup5" --tag v1 --message "$DUP5MSG" --extra-layers 1 --layer-mb 0.1 --seed 57
 mk "$WORK/ipriv" --tag v1 --message "$IMPMSG" --extra-layers 1 --layer-mb 0.1 --seed 41
 # For 17: an image the node preloads from a registry that needs a login; an image of team-a's
 # built FROM it (every layer but the top one); a control image the node pulls only later.
@@ -93,10 +99,20 @@ mk "$WORK/qpre" --tag v1 --message "$PREMSG" --base-note "17's preloaded base" -
 mk "$WORK/qfrom" --tag v1 --message "team-a's app on the preloaded base" --base-note "17's preloaded base" --extra-layers 1 --layer-mb 0.1 --seed 61
 mk "$WORK/qlate" --tag v1 --message "$LATEMSG" --base-note "17's late base" --extra-layers 1 --layer-mb 0.1 --seed 63
 start_registry pub || exit 1
+# 20: the public registry again, through a proxy answering 429 to everything while
+# $WORK/limited exists (a registry's rate limit).
+_launch_limited() {
+  /usr/bin/python3 "$REPO/tests/slowproxy.py" --port "$PORT_1" --to "$REG_pub" --rate 1000000000 --log "$WORK/limited.log" --limited "$WORK/limited" &
+  PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 10 curl -s -o /dev/null "http://127.0.0.1:$PORT_1/v2/"
+}
+launch_on_free_ports 1 _launch_limited || { fail "start the proxy that can answer 429"; exit 1; }
+LIM=127.0.0.1:$PORT_1
 start_registry imp htpasswd alice "$PW_ALICE" || exit 1
 IMP_PID=${LAUNCHED[0]}
 use_tls_registries || exit 1
 start_registry h htpasswd alice "$PW_ALICE" carol "$PW_CAROL" || exit 1
+H_PID=${LAUNCHED[0]}
 start_registry q htpasswd alice "$PW_ALICE" || exit 1
 Q_PID=${LAUNCHED[0]}
 start_registry bad || exit 1
@@ -130,7 +146,7 @@ push_image "$WORK/qpre" v1 "$QPRE" "alice:$PW_ALICE" && push_image "$WORK/qpre" 
 push_image "$WORK/dup3" v1 "$REG_pub/public/dup3:v1" || fail "push dup3 publicly"
 for i in 1 2 3 4; do push_image "$WORK/dup3" v1 "$REG_x/aaa$i/dup3:v1" "mallory:$PW_MAL" || fail "push dup3 to mallory's aaa$i"; done
 # The same images public (anonymous registry) and private (htpasswd registry).
-for i in dup dup2; do
+for i in dup dup2 dup5; do
   push_image "$WORK/$i" v1 "$REG_pub/public/$i:v1" && push_image "$WORK/$i" v1 "$REG_h/private/$i:v1" "alice:$PW_ALICE" || fail "push $i publicly and privately"
 done
 IMPRIV=$REG_imp/private/imp:v1
@@ -151,7 +167,7 @@ JSON
 fi
 # (No [namespaces."k8s.io"] table in pullgate's config: with the CRI front on, k8s.io requires a
 # principal by default.)
-start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_h" "$REG_bad" "$REG_t" "$REG_imp" "$REG_x" "$REG_q" || exit 1
+start_cri_stack "$V" "$PAUSE" "$REG_pub" "$REG_h" "$REG_bad" "$REG_t" "$REG_imp" "$REG_x" "$REG_q" "$LIM" || exit 1
 check "pullgate's CRI socket is readable by root only" test "$(stat -c %a "$PG/cri.sock")" = 600
 
 front() { "$CRI_BIN" --socket "$PG/cri.sock" "$@"; }
@@ -1013,6 +1029,43 @@ if [ "$V" = 2.1 ]; then
 else
   na "19: 5,000 names on an image (run on containerd 2.1)"
 fi
+
+log "20. registry trouble does not spread"
+# A pod holding a fresh grant keeps creating containers while its image's registry answers 429
+# or is down; a pod without one is refused with a reason that says the registry could not be
+# reached (not that it lacks a grant), and runs a public image once its origin answers again.
+run_pod front tr-a team-a || fail "20: RunPodSandbox team-a/tr-a"; SID_TA=$SID
+check "20: team-a's pod pulls its private image with alice's secret" pull_as tr-a team-a "$PRIV" "alice:$PW_ALICE"
+check "20: team-a's pod pulls dup5's private name with alice's secret" pull_as tr-a team-a "$REG_h/private/dup5:v1" "alice:$PW_ALICE"
+check "20: the node pulls dup5's public name, through a proxy that can answer 429 (containerd's own CRI pull)" \
+  direct PullImage "{\"image\":{\"image\":\"$LIM/public/dup5:v1\"}}"
+DUP5_ID=$(front ImageStatus "{\"image\":{\"image\":\"$LIM/public/dup5:v1\"}}" | jget image.id)
+AS_KUBELET5="$DUP5_ID\",\"user_specified_image\":\"$LIM/public/dup5:v1"
+touch "$WORK/limited"
+check "20: the public origin now answers 429 to everything" test "$(curl -s -o /dev/null -w '%{http_code}' "http://$LIM/v2/")" = 429
+run_pod front tr-b team-b || fail "20: RunPodSandbox team-b/tr-b"; SID_TB=$SID
+check_refused "20: team-b's pod without a secret is refused dup5 while its origin answers 429, saying the registry could not be reached" \
+  "$REFUSED team-b/tr-b .*for now: its registry could not be reached" "$DUP5MSG" run_in front tr-b team-b "$SID_TB" tb1 "$AS_KUBELET5"
+check "20: pullgate asked the origin (the proxy answered 429)" grep -q "/v2/public/dup5/manifests/.* 429" "$WORK/limited.log"
+for i in 1 2; do
+  check_out "20: team-a's pod keeps running containers of its private image meanwhile ($i)" "$PRIVMSG" run_in front tr-a team-a "$SID_TA" "ta-l$i" "$PRIV"
+done
+rm -f "$WORK/limited"
+# (An origin that could not be reached is asked again after 10 s.)
+ran=
+for i in $(seq 1 8); do
+  out=$(run_in front tr-b team-b "$SID_TB" "tb2-$i" "$AS_KUBELET5" 2>&1) && grep -qF "$DUP5MSG" <<<"$out" && { ran=$i; break; }
+  sleep 2
+done
+check "20: once the origin answers again, team-b's pod runs dup5 (public at its own origin; attempt ${ran:-none}: $(shown 300 "$out"))" test -n "$ran"
+# The private image's registry goes down.
+kill "$H_PID"; wait "$H_PID" 2>/dev/null
+check "20: team-a's registry is down" not curl -s -o /dev/null --cacert "$WORK/ca/ca.pem" "https://$REG_h/v2/"
+for i in 1 2; do
+  check_out "20: team-a's pod keeps running containers of its private image with the registry down ($i)" "$PRIVMSG" run_in front tr-a team-a "$SID_TA" "ta-d$i" "$PRIV"
+done
+check_refused "20: team-b's pod without a secret is refused it, saying the registry could not be reached" \
+  "$REFUSED team-b/tr-b .*for now: its registry could not be reached" "$PRIVMSG" run_in front tr-b team-b "$SID_TB" tb3 "$PRIV"
 
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
 PATS=$WORK/secret-patterns

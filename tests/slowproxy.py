@@ -3,11 +3,13 @@
 path and query, with Accept, Authorization and Range), and its answer comes back (status, the
 headers a client needs, the body) at most --rate bytes a second on each connection, so that a
 pull of a few megabytes is still running seconds after it started. A client that goes away
-mid-body ends that request only. Every request is logged as "METHOD PATH STATUS".
+mid-body ends that request only. Every request is logged as "METHOD PATH STATUS". With
+--limited FILE, every request is answered 429 Too Many Requests (as a registry's rate limit
+does: a Retry-After and a TOOMANYREQUESTS error) while FILE exists, and relayed otherwise.
 
-  slowproxy.py --port P --to HOST:PORT --rate BYTES_PER_SECOND --log FILE
+  slowproxy.py --port P --to HOST:PORT --rate BYTES_PER_SECOND --log FILE [--limited FILE]
 """
-import argparse, http.client, time
+import argparse, http.client, json, os, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PASSED_ON = ["Accept", "Authorization", "Range"]
@@ -21,6 +23,7 @@ def main():
     ap.add_argument("--to", required=True)
     ap.add_argument("--rate", type=int, required=True)
     ap.add_argument("--log", required=True)
+    ap.add_argument("--limited")
     a = ap.parse_args()
     logf = open(a.log, "a", buffering=1)
     chunk = max(1, min(65536, a.rate // 10))
@@ -31,7 +34,20 @@ def main():
         def log_message(self, *args):
             pass
 
+        def limited(self, body):
+            data = json.dumps({"errors": [{"code": "TOOMANYREQUESTS", "message": "rate limit reached"}]}).encode()
+            logf.write(f"{self.command} {self.path} 429\n")
+            self.send_response(429)
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if body:
+                self.wfile.write(data)
+
         def relay(self, body):
+            if a.limited and os.path.exists(a.limited):
+                return self.limited(body)
             up = http.client.HTTPConnection(a.to, timeout=60)
             try:
                 headers = {h: self.headers[h] for h in PASSED_ON if self.headers.get(h)}

@@ -404,17 +404,23 @@ impl Front {
         names.sort_by_key(|(n, _)| Reference::parse(n).ok().map(|r| r.origin()) != asked);
         let mut decided = self.decide_blocking(principal, &diff_ids).await?;
         let mut public_at = None;
+        let mut unreachable = false;
         if let Err(SnapshotterError::Gate(crate::gate::GateError::Denied(d))) = &decided {
             use crate::gate::DenyReason::*;
             if matches!(d.kind, NoGrant | StaleGrant | UnknownLayer) {
-                if let Some(name) = self.puller.public_at_own_origin(CRI_NAMESPACE, principal, &names, true).await {
+                let check = self.puller.public_at_own_origin(CRI_NAMESPACE, principal, &names, true).await;
+                unreachable = check.unreachable;
+                if let Some(name) = check.verified {
                     decided = self.decide_blocking(principal, &diff_ids).await?;
                     public_at = Some(name);
                 }
             }
         }
         crate::metrics::record_gate(crate::metrics::Verb::create_container, crate::snapshotter::gated(&decided));
-        let chain = decided.map_err(|e| refusal(e, pod_name, &shown, principal))?;
+        let chain = decided.map_err(|e| match unreachable {
+            true => unreachable_refusal(e, pod_name, &shown, principal),
+            false => refusal(e, pod_name, &shown, principal),
+        })?;
         match public_at {
             Some(name) => tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, public_at = %name,
                 "CRI CreateContainer admitted: the image is public at its own origin (it verified there without a credential)"),
@@ -729,6 +735,24 @@ fn refusal(e: SnapshotterError, pod: &str, image: &str, principal: &str) -> Stat
             let code = if s.code() == Code::Ok { Code::Internal } else { s.code() };
             Status::new(code, format!("pullgate cannot decide pod {pod} (failing closed): {}", s.message()))
         }
+    }
+}
+
+/// A refusal of a container without a grant whose image's registry could not be reached to
+/// check whether the image is public there (down, too slow, rate-limiting): `Unavailable`, and
+/// the reason says so first (kubelet retries the container).
+fn unreachable_refusal(e: SnapshotterError, pod: &str, image: &str, principal: &str) -> Status {
+    match e {
+        SnapshotterError::Gate(crate::gate::GateError::Denied(d)) => {
+            tracing::info!(%pod, %image, %principal, subject = %d.subject, reason = %d.reason, "CRI CreateContainer refused: the image's registry could not be reached");
+            Status::unavailable(format!(
+                "pullgate refused pod {pod} ({}) the image {image} for now: its registry could not be reached to check whether the image is \
+                 public there, and {}; to fix: wait for the registry (kubelet retries), or let kubelet pull the image with the pod's imagePullSecrets",
+                who(principal),
+                d.reason
+            ))
+        }
+        other => refusal(other, pod, image, principal),
     }
 }
 

@@ -147,6 +147,8 @@ pub struct Puller {
     /// Pinned references (`repo@digest`) whose anonymous verify failed lately, and until when
     /// they are not asked again (`public_at_own_origin`).
     pub not_public: Recent<String>,
+    /// Of those, the ones whose origin could not be reached (for the refusal's reason).
+    pub unreachable: Recent<String>,
     /// (namespace, chain) whose refused request found no image public at its own origin lately,
     /// and until when it is not worked out again (`establish`): a namespace's own records are
     /// read at most once per `UNREACHABLE_RETRY` for a chain, however often it is refused.
@@ -228,6 +230,16 @@ impl<K: std::hash::Hash + Eq + Clone> Recent<K> {
     }
 }
 
+/// What the check of whether an image is public at its own origin found.
+#[derive(Debug, Default)]
+pub struct PublicCheck {
+    /// The name that verified there without a credential.
+    pub verified: Option<String>,
+    /// Whether the origin of a name asked, now or lately, could not be reached (down, too slow,
+    /// or refusing with 429 or a server error): the refusal then says so.
+    pub unreachable: bool,
+}
+
 /// At most this many of an image's names are asked whether the image is public there.
 const PUBLIC_NAMES: usize = 4;
 
@@ -245,12 +257,14 @@ impl Puller {
     /// `UNREACHABLE_RETRY`), and does
     /// not count against the others meanwhile: names another tenant added to the image record
     /// cannot crowd out the image's own.
-    pub async fn public_at_own_origin(&self, namespace: &str, principal: &str, names: &[(String, String)], for_pods: bool) -> Option<String> {
+    pub async fn public_at_own_origin(&self, namespace: &str, principal: &str, names: &[(String, String)], for_pods: bool) -> PublicCheck {
         let mut asked = std::collections::HashSet::new();
+        let mut check = PublicCheck::default();
         for (name, target) in names {
             let Ok(r) = Reference::parse(name) else { continue };
             let pinned = format!("{}@{target}", r.origin());
             if self.not_public.holds(&pinned) {
+                check.unreachable |= self.unreachable.holds(&pinned);
                 continue;
             }
             if asked.len() >= PUBLIC_NAMES {
@@ -276,7 +290,10 @@ impl Puller {
             let (since, out) = (std::time::Instant::now(), self.run(&req, false).await);
             crate::metrics::record_op("public_check", since, outcome(&out));
             match out {
-                Ok(_) => return Some(name.clone()),
+                Ok(_) => {
+                    check.verified = Some(name.clone());
+                    return check;
+                }
                 Err(e) => {
                     tracing::info!(%namespace, %principal, name = %pinned, error = %e, "the image is not public at this name's origin (an anonymous verify failed)");
                     // Remembered for every namespace only when the registry itself answered so:
@@ -284,7 +301,11 @@ impl Puller {
                     // containerd's answers about them) says nothing of the image elsewhere.
                     use registry::RegistryError as R;
                     let retry = match &e {
-                        PullError::Registry(R::Unavailable { .. }) => UNREACHABLE_RETRY,
+                        PullError::Registry(R::Unavailable { .. }) => {
+                            check.unreachable = true;
+                            self.unreachable.remember(pinned.clone(), UNREACHABLE_RETRY);
+                            UNREACHABLE_RETRY
+                        }
                         PullError::Registry(
                             R::AuthRequired { .. } | R::NoAccess { .. } | R::NotFound { .. } | R::TokenRefused { .. } | R::BadCredential { .. } | R::Protocol { .. },
                         ) => PUBLIC_RETRY,
@@ -294,7 +315,7 @@ impl Puller {
                 }
             }
         }
-        None
+        check
     }
 
     pub async fn verify(&self, req: &Request) -> Result<Outcome> {
@@ -1627,7 +1648,7 @@ impl crate::snapshotter::service::PublicAtOrigin for Puller {
         crate::metrics::record_containerd_reads("refused_request", cost.calls, cost.bytes);
         let found = match names.is_empty() {
             true => None,
-            false => self.public_at_own_origin(namespace, principal, &names, false).await,
+            false => self.public_at_own_origin(namespace, principal, &names, false).await.verified,
         };
         if found.is_none() {
             self.no_public_names.remember(key, UNREACHABLE_RETRY);
