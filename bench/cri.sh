@@ -9,11 +9,11 @@
 #     blobs, but records nothing and so protects nothing);
 # plus, for scale, the first pull of the image (which downloads it) through the front. Then
 # CreateContainer:
-#   - of the private image for a pod whose namespace verified it, through the front, with the
-#     image's own names and then with 5,000 more names on it (what a tenant's pulls of the same
-#     manifest under names of its own leave): the time and the containerd calls the front's
-#     decision made (counted by pullgate), and their ratio;
-#   - of a public image, through the front and straight to containerd's CRI.
+#   - of the private image for a pod whose namespace verified it, through the front;
+#   - of a public image, through the front and straight to containerd's CRI, with the image's
+#     own names and then with 5,000 more names on it (what a tenant's pulls of the same manifest
+#     under names of its own leave): the time, the containerd calls the front's decision made
+#     (counted by pullgate), and the ratios.
 # Time per call (the CRI client's process included) and bytes served by the registry and its
 # token server. The image is private (token-auth registry), 6 layers of 20 MB plus a base.
 # Usage: sudo bench/cri.sh [VERSION]   (REPS overrides the repetitions)
@@ -45,6 +45,8 @@ HOSTS=$WORK/hosts
 write_hosts_toml "$HOSTS" "$REG_t"; write_hosts_toml "$HOSTS" "$REG_pub"
 PG=$WORK/pullgate
 pullgate_cri_config "$PG" "$HOSTS"
+MPORT=$(free_port)
+printf '\n[metrics]\naddress = "127.0.0.1:%s"\n' "$MPORT" >> "$PG/config.toml"
 start_pullgate "$PG" >/dev/null
 start_containerd_cri "$V" "$PG/snapshotter.sock" "$REG_pub/k8s/pause:v1" "$HOSTS" >/dev/null || exit 1
 front() { "$CRI_BIN" --socket "$PG/cri.sock" "$@"; }
@@ -90,28 +92,45 @@ creates() { # creates VIA NAMESPACE SID IMAGE TAG
   done
   echo "$times"
 }
-# calls_since MARK: the containerd calls of each CreateContainer decision logged since MARK.
-calls_since() { tail -n +"$(( $1 + 1 ))" "$PG/log" | sed -n 's/.*names=\([0-9]*\) containerd_calls=\([0-9]*\) bytes_read=\([0-9]*\).*/\1 names: \2 calls, \3 bytes/p' | sort | uniq -c | sed 's/^ *//'; }
+# counted: pullgate's count of containerd calls and bytes read for CreateContainer decisions.
+counted() {
+  curl -sf "http://127.0.0.1:$MPORT/metrics" | awk '/^pullgate_containerd_calls_total\{purpose="create_container"\}/ {c=$2} /^pullgate_containerd_read_bytes_total\{purpose="create_container"\}/ {b=$2} END {print c+0, b+0}'
+}
+# per_call BEFORE AFTER: calls and bytes per CreateContainer between two `counted`.
+per_call() { echo "$1 $2" | awk -v n="$REPS" '{printf "%.1f calls, %.0f bytes", ($3 - $1) / n, ($4 - $2) / n}'; }
 sid=$(front --pod "app:team-first:uid-team-first" RunPodSandbox '{}' | sed -n 's/.*"pod_sandbox_id":"\([0-9a-f]*\)".*/\1/p')
-PG_LOG_MARK=$(wc -l < "$PG/log")
-c0=$(creates front team-first "$sid" "$IMG" own)
-calls0=$(calls_since "$PG_LOG_MARK")
-seq -f "$REG_t/aaa-many/n%05g:v1" 1 5000 | xargs -n 1000 "${CTR[@]}" -n k8s.io images tag --force "$IMG" >/dev/null
-PG_LOG_MARK=$(wc -l < "$PG/log")
-c5=$(creates front team-first "$sid" "$IMG" many)
-calls5=$(calls_since "$PG_LOG_MARK")
+cp=$(creates front team-first "$sid" "$IMG" own)
 PUBIMG=$REG_pub/k8s/pause:v1
 sidd=$(direct --pod "app:team-pub:uid-team-pub" RunPodSandbox '{}' | sed -n 's/.*"pod_sandbox_id":"\([0-9a-f]*\)".*/\1/p')
+k0=$(counted)
 cf=$(creates front team-pub "$sidd" "$PUBIMG" pubf)
+calls0=$(per_call "$k0" "$(counted)")
 cd_=$(creates direct team-pub "$sidd" "$PUBIMG" pubd)
+# statuses: REPS ImageStatus calls of the public image straight to containerd's CRI (kubelet
+# makes one before each CreateContainer, and the front one in deciding it).
+statuses() { local t0 times=""; for _ in $(seq 1 "$REPS"); do t0=$EPOCHREALTIME; direct ImageStatus "{\"image\":{\"image\":\"$PUBIMG\"}}" >/dev/null; times+="$(elapsed "$t0" "$EPOCHREALTIME") "; done; echo "$times"; }
+st0=$(statuses)
+# 5,000 names on the public image, sorting before its own.
+seq -f "$REG_pub/aaa-many/n%05g:v1" 1 5000 | xargs -n 1000 "${CTR[@]}" -n k8s.io images tag --force "$PUBIMG" >/dev/null
+# Timed once containerd's CRI has learnt of every name (it is busy until then).
+for _ in $(seq 1 300); do
+  [ "$(front ImageStatus "{\"image\":{\"image\":\"$PUBIMG\"}}" | grep -o 'aaa-many/n' | wc -l)" -eq 5000 ] && break
+  sleep 2
+done
+k0=$(counted)
+cf5=$(creates front team-pub "$sidd" "$PUBIMG" pubf5)
+calls5=$(per_call "$k0" "$(counted)")
+cd5=$(creates direct team-pub "$sidd" "$PUBIMG" pubd5)
+st5=$(statuses)
 echo
-printf '| %-62s | %9s |\n' "CreateContainer ($REPS runs, median)" "time"
-printf '|%s|%s|\n' "----------------------------------------------------------------" "-----------"
-printf '| %-62s | %7.3f s |\n' "private image, its own names, through the front" "$(med "$c0")"
-printf '| %-62s | %7.3f s |\n' "the same image with 5,000 more names, through the front" "$(med "$c5")"
-printf '| %-62s | %7.3f s |\n' "public image, through the front" "$(med "$cf")"
-printf '| %-62s | %7.3f s |\n' "public image, straight to containerd's CRI" "$(med "$cd_")"
-printf 'containerd calls per CreateContainer decision (count, names on the image: calls, bytes read):\n  own names: %s\n  5,000 more: %s\n' \
-  "$(tr '\n' ';' <<<"$calls0")" "$(tr '\n' ';' <<<"$calls5")"
-printf 'CreateContainer with 5,000 names / with its own: time %.2f (target: at most 1.2)\n' "$(echo "$(med "$c5") / $(med "$c0")" | bc -l)"
-printf 'CreateContainer of a public image, front / straight: time %.2f (target: at most 1.2)\n' "$(echo "$(med "$cf") / $(med "$cd_")" | bc -l)"
+printf '| %-62s | %9s | %9s |\n' "CreateContainer ($REPS runs, median)" "front" "straight"
+printf '|%s|%s|%s|\n' "----------------------------------------------------------------" "-----------" "-----------"
+printf '| %-62s | %7.3f s | %9s |\n' "private image (a grant), its own names" "$(med "$cp")" "refused"
+printf '| %-62s | %7.3f s | %7.3f s |\n' "public image, its own names" "$(med "$cf")" "$(med "$cd_")"
+printf '| %-62s | %7.3f s | %7.3f s |\n' "public image, 5,000 more names" "$(med "$cf5")" "$(med "$cd5")"
+printf '| %-62s | %9s | %7.3f s |\n' "ImageStatus of the public image, its own names" "" "$(med "$st0")"
+printf '| %-62s | %9s | %7.3f s |\n' "ImageStatus of the public image, 5,000 more names" "" "$(med "$st5")"
+printf 'containerd calls and bytes read per CreateContainer decision (pullgate_containerd_*{purpose="create_container"}):\n  its own names: %s\n  5,000 more:    %s\n' "$calls0" "$calls5"
+ratio() { echo "$(med "$1") / $(med "$2")" | bc -l; }
+printf 'CreateContainer with 5,000 names / with its own: through the front %.2f (target: at most 1.2), containerd alone %.2f\n' "$(ratio "$cf5" "$cf")" "$(ratio "$cd5" "$cd_")"
+printf 'CreateContainer, front / straight: its own names %.2f (target: at most 1.2), 5,000 names %.2f\n' "$(ratio "$cf" "$cd_")" "$(ratio "$cf5" "$cd5")"
