@@ -268,6 +268,12 @@ check_out "team-a's PullImage of the public image through the front" '"image_ref
 got_records=$(image_records "$REG_pub/public/app")
 check "the image records are exactly those containerd's CRI makes (names, targets, managed label): $(tr '\n' ' ' <<<"$ref_records") (got: $(tr '\n' ' ' <<<"$got_records"))" \
   test "$got_records" = "$ref_records" -a -n "$ref_records"
+# A name with a tag and a digest: containerd's CRI records it without the tag, and so must the
+# front (containerd builds containers from the image's names in that form).
+PUB_D=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$WORK/pub/index.json")
+check "team-a's PullImage of the public image by tag and digest through the front" pull_as app-a team-a "$REG_pub/public/app:v1@$PUB_D"
+named_as_cri() { local l; l=$(listing ctr_ -n k8s.io images ls -q) || return 1; grep -qxF "$REG_pub/public/app@$PUB_D" <<<"$l" && ! grep -qF ":v1@" <<<"$l"; }
+check "its record is named as containerd's CRI names it (repo@digest, without the tag)" named_as_cri
 out=$(pull_as app-a team-a "$PRIV" "alice:$PW_ALICE" 2>&1); rc=$?
 check "team-a's PullImage of the private image with alice's secret ($out)" test $rc -eq 0
 PRIV_ID=$(jget image_ref <<<"$out" 2>/dev/null)

@@ -259,7 +259,14 @@ impl Front {
     async fn pull_image(&self, body: Bytes) -> Result<Bytes, Status> {
         let req: cri::PullImageRequest = decode("PullImage", &body)?;
         let image = req.image.as_ref().map(|i| i.image.clone()).unwrap_or_default();
-        let reference = Reference::parse(&image).map_err(|e| Status::invalid_argument(format!("pullgate: {e}")))?;
+        // Named as containerd's CRI names it: its image store lists an image's names in that
+        // form, and containerd builds a container from the first of them (a record under
+        // another spelling would leave that name without a record, and every container of the
+        // image failing).
+        let reference = match as_cri_names(&image) {
+            Some(r) => r,
+            None => return Err(Status::invalid_argument(format!("pullgate: {}", Reference::parse(&image).err().map(|e| e.to_string()).unwrap_or_else(|| format!("image {image} is not a name"))))),
+        };
         let principal = match principal_of(self.principal, req.sandbox_config.as_ref().and_then(|c| c.metadata.as_ref()))? {
             p if p.is_empty() => NODE_PRINCIPAL.to_string(),
             p => p,
@@ -404,12 +411,14 @@ impl Front {
         names.sort_by_key(|(n, _)| Reference::parse(n).ok().map(|r| r.origin()) != asked);
         let mut decided = self.decide_blocking(principal, &diff_ids).await?;
         let mut public_at = None;
+        // Said only of the repository the pod asked for: that other names of the image could
+        // not be reached is no business of this pod's.
         let mut unreachable = false;
         if let Err(SnapshotterError::Gate(crate::gate::GateError::Denied(d))) = &decided {
             use crate::gate::DenyReason::*;
             if matches!(d.kind, NoGrant | StaleGrant | UnknownLayer) {
                 let check = self.puller.public_at_own_origin(CRI_NAMESPACE, principal, &names, true).await;
-                unreachable = check.unreachable;
+                unreachable = asked.as_ref().is_some_and(|a| check.unreachable.contains(a));
                 if let Some(name) = check.verified {
                     decided = self.decide_blocking(principal, &diff_ids).await?;
                     public_at = Some(name);
@@ -462,7 +471,7 @@ impl Front {
         if !spec.image.is_empty() && (named.exists() || std::path::Path::new("/").join(named).exists()) {
             return Err(undecidable(shown, "it names a file on the node, which containerd restores from as a checkpoint archive; not supported through pullgate"));
         }
-        let requested = parse_as_docker(&spec.image).map(|r| r.image_name());
+        let requested = as_cri_names(&spec.image).map(|r| r.image_name());
         let st: cri::ImageStatusResponse = self.call("/runtime.v1.ImageService/ImageStatus", cri::ImageStatusRequest { image: Some(spec), verbose: false }).await?;
         let undecidable = |why: &str| undecidable(shown, why);
         let Some(image) = st.image.filter(|i| crate::reference::is_digest(&i.id)) else {
@@ -494,7 +503,14 @@ impl Front {
         let mut out = Vec::new();
         for name in looked.iter().copied().chain(requested.as_deref()).chain(std::iter::once(image.id.as_str())) {
             counted.call(0);
-            let Some(t) = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))? else { continue };
+            let Some(t) = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))? else {
+                if must.contains(&Some(name)) {
+                    // containerd would not find the image it builds the container from either.
+                    tracing::warn!(image = %shown, %name, id = %image.id, "CRI CreateContainer: a name of the image has no image record");
+                    return Err(undecidable("the name containerd builds it from has no image record; retry"));
+                }
+                continue;
+            };
             let this_image = match checked.get(&t.digest) {
                 // The names of one image mostly share their target: each is read and checked once.
                 Some(ok) => *ok,
@@ -671,6 +687,17 @@ impl Drop for Counted {
     fn drop(&mut self) {
         crate::metrics::record_containerd_reads("create_container", *self.calls.get_mut(), *self.bytes.get_mut());
     }
+}
+
+/// An image name as containerd's CRI pulls and records it (`docker.ParseDockerRef`): Docker's
+/// normal form ([`parse_as_docker`]), without the tag when a digest is given, `latest` when
+/// neither is (by [`Reference::image_name`]).
+fn as_cri_names(name: &str) -> Option<Reference> {
+    let r = parse_as_docker(name)?;
+    Some(match r.digest {
+        Some(_) => Reference { tag: None, ..r },
+        None => r,
+    })
 }
 
 /// A container the front cannot decide (of image `shown`), and why: refused.
@@ -868,6 +895,15 @@ mod tests {
         assert_eq!(origin("index.docker.io/team/app:v1").as_deref(), Some("docker.io/team/app"));
         assert_eq!(origin("docker.io/team/app@sha256:0000000000000000000000000000000000000000000000000000000000000000").as_deref(), Some("docker.io/team/app"));
         assert_eq!(origin("sha256:0123"), None);
+        // The names PullImage records, as containerd's CRI records them.
+        let recorded = |n: &str| as_cri_names(n).map(|r| r.image_name());
+        let d = format!("sha256:{}", "0".repeat(64));
+        assert_eq!(recorded("nginx").as_deref(), Some("docker.io/library/nginx:latest"));
+        assert_eq!(recorded("docker.io/nginx:1.25").as_deref(), Some("docker.io/library/nginx:1.25"));
+        assert_eq!(recorded(&format!("index.docker.io/library/nginx:zzz@{d}")), Some(format!("docker.io/library/nginx@{d}")));
+        assert_eq!(recorded(&format!("reg.io:5000/team/app:v1@{d}")), Some(format!("reg.io:5000/team/app@{d}")));
+        assert_eq!(recorded("reg.io:5000/team/app:v1").as_deref(), Some("reg.io:5000/team/app:v1"));
+        assert_eq!(recorded("reg.io:5000/Team/app"), None);
         assert_eq!(principal_of(CriPrincipal::Pod, Some(&no_uid)).unwrap(), "team-a/web-0");
         assert_eq!(principal_of(CriPrincipal::Pod, None).unwrap(), "");
         let user_of = |a: &cri::AuthConfig| match credential_of(Some(a)) {

@@ -235,9 +235,9 @@ impl<K: std::hash::Hash + Eq + Clone> Recent<K> {
 pub struct PublicCheck {
     /// The name that verified there without a credential.
     pub verified: Option<String>,
-    /// Whether the origin of a name asked, now or lately, could not be reached (down, too slow,
-    /// or refusing with 429 or a server error): the refusal then says so.
-    pub unreachable: bool,
+    /// The origins (repositories) of the names asked, now or lately, that could not be reached
+    /// (down, too slow, or refusing with 429 or a server error).
+    pub unreachable: Vec<String>,
 }
 
 /// At most this many of an image's names are asked whether the image is public there.
@@ -264,7 +264,9 @@ impl Puller {
             let Ok(r) = Reference::parse(name) else { continue };
             let pinned = format!("{}@{target}", r.origin());
             if self.not_public.holds(&pinned) {
-                check.unreachable |= self.unreachable.holds(&pinned);
+                if self.unreachable.holds(&pinned) {
+                    check.unreachable.push(r.origin());
+                }
                 continue;
             }
             if asked.len() >= PUBLIC_NAMES {
@@ -302,12 +304,18 @@ impl Puller {
                     use registry::RegistryError as R;
                     let retry = match &e {
                         PullError::Registry(R::Unavailable { .. }) => {
-                            check.unreachable = true;
+                            check.unreachable.push(r.origin());
                             self.unreachable.remember(pinned.clone(), UNREACHABLE_RETRY);
                             UNREACHABLE_RETRY
                         }
                         PullError::Registry(
-                            R::AuthRequired { .. } | R::NoAccess { .. } | R::NotFound { .. } | R::TokenRefused { .. } | R::BadCredential { .. } | R::Protocol { .. },
+                            R::AuthRequired { .. }
+                            | R::NoAccess { .. }
+                            | R::NotFound { .. }
+                            | R::TokenRefused { .. }
+                            | R::BadCredential { .. }
+                            | R::Protocol { .. }
+                            | R::DigestMismatch { .. },
                         ) => PUBLIC_RETRY,
                         _ => continue,
                     };
