@@ -539,9 +539,10 @@ impl Front {
         // Pinned names (`repo@digest`) say where to ask whether the image is public without
         // a call each: every one is passed on, as the check skips those refused lately, so
         // that names other tenants added do not keep the image's own from being asked.
+        let mut listed: std::collections::HashSet<String> = out.iter().map(|(n, _)| n.clone()).collect();
         for d in &image.repo_digests {
             if let Some((_, digest)) = d.split_once('@') {
-                if !out.iter().any(|(n, _)| n == d) {
+                if listed.insert(d.clone()) {
                     out.push((d.clone(), digest.to_string()));
                 }
             }
