@@ -33,6 +33,8 @@ pub enum ApiError {
     Ledger(#[from] StoreError),
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    Precondition(String),
 }
 
 impl From<ApiError> for Status {
@@ -40,6 +42,7 @@ impl From<ApiError> for Status {
         let code = match &e {
             ApiError::Reference(_) | ApiError::Credential(_) | ApiError::Invalid(_) => Code::InvalidArgument,
             ApiError::NotFound(_) => Code::NotFound,
+            ApiError::Precondition(_) => Code::FailedPrecondition,
             ApiError::Ledger(_) => Code::Internal,
             ApiError::Pull(p) => match p {
                 PullError::Registry(r) => match r {
@@ -224,6 +227,23 @@ impl Api {
         }
     }
 
+    /// Marks the manifest `r` pulled preloaded in its namespace, with its layers as pullgate
+    /// established them (refused, marking nothing, when any layer's blob was not hashed by pullgate).
+    fn mark_preloaded(&self, r: &pull::Request, manifest: &str) -> Result<()> {
+        let (ns, reference) = (r.namespace.as_str(), r.reference.to_string());
+        let layers = self.puller.snap.store().write(|tx| -> std::result::Result<Option<usize>, StoreError> {
+            let Some(diff_ids) = ledger::established_layers(tx, manifest)? else { return Ok(None) };
+            let n = diff_ids.len();
+            ledger::mark_preloaded(tx, ns, manifest, &ledger::Preload { reference: reference.clone(), diff_ids, marked_at: crate::gate::now_nanos() })?;
+            Ok(Some(n))
+        })?;
+        let Some(layers) = layers else {
+            return Err(ApiError::Precondition(format!("pullgate has not hashed every layer of {manifest} itself, so it cannot say which layers the image holds: nothing was marked")));
+        };
+        tracing::info!(namespace = %ns, image = %reference, %manifest, layers, "image marked preloaded");
+        Ok(())
+    }
+
     /// The manifests among `found` that `check` may decide for `s`: those a grant of its own
     /// (or a namespace-wide one, where principals are not required) names, and those whose
     /// every layer is public. What other tenants pulled privately stays out of the answer, so
@@ -235,6 +255,9 @@ impl Api {
         let mut granted: std::collections::HashSet<String> = ledger::grants_of(tx, s.namespace, s.principal)?.iter().map(|g| g.manifest().to_string()).collect();
         if !s.principal.is_empty() && !self.gate.cfg.require_principal.contains(s.namespace) {
             granted.extend(ledger::grants_of(tx, s.namespace, "")?.iter().map(|g| g.manifest().to_string()));
+        }
+        if self.gate.cfg.policy == crate::gate::Policy::NeverVerifyPreloadedImages {
+            granted.extend(ledger::preloads(tx, Some(s.namespace))?.into_iter().map(|e| e.manifest));
         }
         let mut out = Vec::new();
         for (d, m) in found {
@@ -493,6 +516,50 @@ impl Pullgate for Api {
             .map_err(ApiError::from)?;
         tracing::info!(namespace = %r.namespace, principal = ?principal, origin = ?origin, revoked = n, "grants revoked");
         Ok(Response::new(proto::RevokeResponse { revoked: n as u32 }))
+    }
+
+    async fn preload(&self, req: Request<proto::PullRequest>) -> std::result::Result<Response<proto::PullResponse>, Status> {
+        let r = req.into_inner();
+        if !r.principal.is_empty() {
+            return Err(ApiError::Invalid("an image is preloaded for the whole namespace (the node's): give no principal".into()).into());
+        }
+        let r = Self::pull_request(r)?;
+        let mut out = self.puller.pull(&r).await.map_err(ApiError::from)?;
+        self.mark_preloaded(&r, &out.manifest)?;
+        if self.gate.cfg.policy != crate::gate::Policy::NeverVerifyPreloadedImages {
+            out.warnings.push(format!("the policy is {:?}: the mark counts only under NeverVerifyPreloadedImages, so pods and principals still need a grant of their own", self.gate.cfg.policy));
+        }
+        Ok(Response::new(Self::pull_response(out)))
+    }
+
+    async fn preloads(&self, req: Request<proto::PreloadsRequest>) -> std::result::Result<Response<proto::PreloadsResponse>, Status> {
+        let r = req.into_inner();
+        validate_name("namespace", &r.namespace, true)?;
+        let ns = (!r.namespace.is_empty()).then_some(r.namespace.as_str());
+        let marks = self.puller.snap.store().read(|tx| ledger::preloads(tx, ns)).map_err(ApiError::from)?;
+        Ok(Response::new(proto::PreloadsResponse {
+            preloaded: marks
+                .into_iter()
+                .map(|e| proto::Preloaded {
+                    namespace: e.namespace,
+                    reference: e.preload.reference,
+                    manifest: e.manifest,
+                    diff_ids: e.preload.diff_ids,
+                    marked_at_unix: e.preload.marked_at / 1_000_000_000,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn unpreload(&self, req: Request<proto::UnpreloadRequest>) -> std::result::Result<Response<proto::UnpreloadResponse>, Status> {
+        let r = req.into_inner();
+        validate_name("namespace", &r.namespace, false)?;
+        // A manifest digest, or the reference as a mark records it (pullgate's reading of it).
+        let named = if is_digest(&r.reference) { r.reference.clone() } else { Reference::parse(&r.reference).map_err(ApiError::from)?.to_string() };
+        let which = |e: &ledger::PreloadEntry| e.manifest == named || e.preload.reference == named;
+        let n = self.puller.snap.store().write(|tx| ledger::unmark_preloaded(tx, &r.namespace, &which)).map_err(ApiError::from)?;
+        tracing::info!(namespace = %r.namespace, image = %crate::reference::excerpt(&r.reference), removed = n, "preload marks removed");
+        Ok(Response::new(proto::UnpreloadResponse { removed: n as u32 }))
     }
 
     async fn inspect(&self, req: Request<proto::InspectRequest>) -> std::result::Result<Response<proto::InspectResponse>, Status> {

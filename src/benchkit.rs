@@ -229,7 +229,7 @@ pub fn run(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..IMAGES {
         let parent = parent_of(i, "ahead");
         let ((), wall, _) = timed(|| {
-            gate.index.prefetch(snap.store_arc(), &parent.chain_id);
+            gate.index.prefetch(snap.store_arc(), "", &parent.chain_id);
             gate.index.settle();
         });
         built.push(wall, f64::NAN);
@@ -331,7 +331,7 @@ pub fn run_cold(p: &Params) -> Result<(), Box<dyn std::error::Error>> {
                 let parent = ChainInfo { chain_id: digest("cold-parent", n), unknown_layers: 1, ..Default::default() };
                 let target = ledger::chain_id(&parent.chain_id, &d);
                 let decide = || store.read(|tx| Ok::<_, StoreError>(gate.extract_hinted(tx, &subject, &parent, &target, &[]).is_err()));
-                gate.index.prefetch(snap.store_arc(), &parent.chain_id);
+                gate.index.prefetch(snap.store_arc(), "", &parent.chain_id);
                 gate.index.settle();
                 match pause {
                     "sleep 30 ms" => std::thread::sleep(std::time::Duration::from_millis(30)),

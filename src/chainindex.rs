@@ -35,6 +35,8 @@ const QUEUE: usize = 16;
 /// How long a decision waits for a build of its parent's table already under way before it
 /// builds one itself.
 const WAIT_FOR_BUILD: Duration = Duration::from_secs(2);
+/// How long a decision waits for its namespace's table build under way before it builds too.
+const BUILD_TURN: Duration = Duration::from_secs(30);
 /// Layers logged after a table was built that a decision tests one by one; beyond that the
 /// table is rebuilt.
 const MAX_DELTA: usize = 256;
@@ -147,33 +149,59 @@ enum Found {
     Stale,
 }
 
+/// A kept table: the tick it was last used at, and the namespace that used it last.
+struct Kept {
+    table: Arc<Table>,
+    used: u64,
+    namespace: String,
+}
+
 #[derive(Default)]
 struct Tables {
-    /// Parent chainID -> table, with the tick it was last used at.
-    tables: HashMap<String, (Arc<Table>, u64)>,
+    /// Parent chainID -> table.
+    tables: HashMap<String, Kept>,
     tick: u64,
     /// Parents whose table the worker is building.
     building: HashSet<String>,
+    /// Namespaces with a decision building a table now: a namespace builds one table at a time.
+    building_in: HashSet<String>,
 }
 
 impl Tables {
-    fn get(&mut self, parent: &str) -> Option<Arc<Table>> {
+    fn get(&mut self, parent: &str, namespace: &str) -> Option<Arc<Table>> {
         self.tick += 1;
         let tick = self.tick;
-        self.tables.get_mut(parent).map(|(t, used)| {
-            *used = tick;
-            t.clone()
+        self.tables.get_mut(parent).map(|k| {
+            k.used = tick;
+            if k.namespace != namespace {
+                k.namespace = namespace.to_string();
+            }
+            k.table.clone()
         })
     }
 
-    fn put(&mut self, parent: &str, t: Arc<Table>) {
+    /// Keeps `t`. When full, the table that goes is the least recently used one of the
+    /// namespace that used the most tables last (the newcomer's own on a tie): a namespace that
+    /// cycles through many parents evicts its own tables, not those other namespaces use.
+    fn put(&mut self, parent: &str, t: Arc<Table>, namespace: &str) {
         self.tick += 1;
         if !self.tables.contains_key(parent) && self.tables.len() >= MAX_TABLES {
-            if let Some(old) = self.tables.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone()) {
+            let mut per: HashMap<&str, usize> = HashMap::new();
+            for k in self.tables.values() {
+                *per.entry(k.namespace.as_str()).or_default() += 1;
+            }
+            let own = per.get(namespace).copied().unwrap_or(0);
+            let most = per.iter().max_by_key(|(ns, n)| (**n, **ns == namespace)).map(|(ns, n)| (ns.to_string(), *n));
+            let from = match most {
+                Some((ns, n)) if n > own => ns,
+                _ => namespace.to_string(),
+            };
+            let old = self.tables.iter().filter(|(_, k)| k.namespace == from).min_by_key(|(_, k)| k.used).map(|(p, _)| p.clone());
+            if let Some(old) = old.or_else(|| self.tables.iter().min_by_key(|(_, k)| k.used).map(|(p, _)| p.clone())) {
                 self.tables.remove(&old);
             }
         }
-        self.tables.insert(parent.to_string(), (t, self.tick));
+        self.tables.insert(parent.to_string(), Kept { table: t, used: self.tick, namespace: namespace.to_string() });
     }
 }
 
@@ -188,8 +216,9 @@ pub struct Stats {
     pub built_ahead: u64,
 }
 
-/// Where table builds are asked of the building thread: the store and the table's parent.
-type BuildQueue = std::sync::mpsc::SyncSender<(Arc<MetaStore>, String)>;
+/// Where table builds are asked of the building thread: the store, the namespace that asked and
+/// the table's parent.
+type BuildQueue = std::sync::mpsc::SyncSender<(Arc<MetaStore>, String, String)>;
 
 #[derive(Default)]
 pub struct ChainIndex {
@@ -217,9 +246,17 @@ impl ChainIndex {
         self.lock().tables.clear();
     }
 
-    /// The protected layer d with chainID(parent, d) == target, in `tx`: what
-    /// [`ledger::protected_layer_for_chain`] answers, from `parent`'s table.
+    /// [`Self::protected_layer_for_chain_in`] for no namespace in particular (tests, benchmark).
     pub fn protected_layer_for_chain(&self, tx: &impl LedgerRead, parent: &str, target: &str) -> Result<Option<String>, StoreError> {
+        self.protected_layer_for_chain_in(tx, "", parent, target)
+    }
+
+    /// The protected layer d with chainID(parent, d) == target, in `tx`: what
+    /// [`ledger::protected_layer_for_chain`] answers, from `parent`'s table. A decision for
+    /// `namespace` that must build a table first waits for any other build of that namespace
+    /// (one at a time per namespace: a namespace that asks about many parents at once spends
+    /// one core's worth at most, and its tables take the place of its own, see [`Tables::put`]).
+    pub fn protected_layer_for_chain_in(&self, tx: &impl LedgerRead, namespace: &str, parent: &str, target: &str) -> Result<Option<String>, StoreError> {
         if parent.is_empty() {
             return Ok(if ledger::is_protected(tx, target)? { Some(target.to_string()) } else { None });
         }
@@ -234,7 +271,7 @@ impl ChainIndex {
                     .unwrap_or_else(|p| p.into_inner());
                 all = guard;
             }
-            all.get(parent)
+            all.get(parent, namespace)
         };
         if let Some(t) = &table {
             match t.find(tx, parent, &want)? {
@@ -249,20 +286,41 @@ impl ChainIndex {
                 Found::Stale => {}
             }
         }
-        let t = Arc::new(Table::build(tx, parent)?);
-        self.count(|s| s.built_in_decision += 1);
-        let found = t.find(tx, parent, &want)?;
-        self.lock().put(parent, t);
-        match found {
+        let t = self.build_in_decision(tx, namespace, parent, table)?;
+        match t.find(tx, parent, &want)? {
             Found::Layer(d) => Ok(Some(d)),
             _ => Ok(None),
         }
     }
 
+    /// A table for `parent` built by a decision of `namespace`, after that namespace's build
+    /// under way (if any) ended; one another decision put meanwhile is taken instead, unless
+    /// it is `stale` (the one the decision found too old).
+    fn build_in_decision(&self, tx: &impl LedgerRead, namespace: &str, parent: &str, stale: Option<Arc<Table>>) -> Result<Arc<Table>, StoreError> {
+        {
+            let all = self.lock();
+            let (mut all, _) = self.built.wait_timeout_while(all, BUILD_TURN, |t| t.building_in.contains(namespace)).unwrap_or_else(|p| p.into_inner());
+            if let Some(t) = all.get(parent, namespace).filter(|t| stale.as_ref().is_none_or(|s| !Arc::ptr_eq(s, t))) {
+                return Ok(t);
+            }
+            all.building_in.insert(namespace.to_string());
+        }
+        let built = Table::build(tx, parent).map(Arc::new);
+        let mut all = self.lock();
+        all.building_in.remove(namespace);
+        if let Ok(t) = &built {
+            self.count(|s| s.built_in_decision += 1);
+            all.put(parent, t.clone(), namespace);
+        }
+        drop(all);
+        self.built.notify_all();
+        built
+    }
+
     /// Builds `parent`'s table on the worker thread (started on first use), unless it exists or
     /// is being built: called when an unpack step creating chain `parent` was allowed and the
     /// ledger does not record that chain, so that the next step finds the table ready.
-    pub fn prefetch(self: &Arc<Self>, store: &Arc<MetaStore>, parent: &str) {
+    pub fn prefetch(self: &Arc<Self>, store: &Arc<MetaStore>, namespace: &str, parent: &str) {
         if parent.is_empty() {
             return;
         }
@@ -275,12 +333,12 @@ impl ChainIndex {
         }
         let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
         if worker.is_none() {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<(Arc<MetaStore>, String)>(QUEUE);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<(Arc<MetaStore>, String, String)>(QUEUE);
             let index = Arc::downgrade(self);
             let spawned = std::thread::Builder::new().name("chain-index".into()).spawn(move || {
-                while let Ok((store, parent)) = rx.recv() {
+                while let Ok((store, namespace, parent)) = rx.recv() {
                     let Some(index) = index.upgrade() else { return };
-                    index.build_ahead(&store, &parent);
+                    index.build_ahead(&store, &namespace, &parent);
                 }
             });
             match spawned {
@@ -288,7 +346,7 @@ impl ChainIndex {
                 Err(e) => tracing::warn!(error = %e, "chain index: cannot start its worker; decisions build their own tables"),
             }
         }
-        let queued = worker.as_ref().is_some_and(|w| w.try_send((store.clone(), parent.to_string())).is_ok());
+        let queued = worker.as_ref().is_some_and(|w| w.try_send((store.clone(), namespace.to_string(), parent.to_string())).is_ok());
         drop(worker);
         if !queued {
             self.lock().building.remove(parent);
@@ -296,12 +354,12 @@ impl ChainIndex {
         }
     }
 
-    fn build_ahead(&self, store: &MetaStore, parent: &str) {
+    fn build_ahead(&self, store: &MetaStore, namespace: &str, parent: &str) {
         match store.read(|tx| Table::build(tx, parent)) {
             Ok(t) => {
                 self.count(|s| s.built_ahead += 1);
                 let mut all = self.lock();
-                all.put(parent, Arc::new(t));
+                all.put(parent, Arc::new(t), namespace);
                 all.building.remove(parent);
             }
             Err(e) => {
@@ -489,18 +547,37 @@ mod tests {
     }
 
     #[test]
+    fn a_namespace_cycling_through_parents_evicts_its_own_tables() {
+        let (_d, s) = ledger();
+        let index = ChainIndex::default();
+        let ask = |ns: &str, p: &str| s.read(|tx| index.protected_layer_for_chain_in(tx, ns, p, &dg("nothing"))).unwrap();
+        let victim = chain_ids(&[dg("v0"), dg("v1")])[1].clone();
+        ask("victim", &victim);
+        for i in 0..3 * MAX_TABLES {
+            ask("evil", &chain_ids(&[dg(&format!("e{i}"))])[0]);
+        }
+        assert_eq!(index.stats().built_in_decision as usize, 1 + 3 * MAX_TABLES);
+        // The victim's table is still there: its next look-up is a hit.
+        let hits = index.stats().hits;
+        ask("victim", &victim);
+        assert_eq!((index.stats().hits, index.stats().built_in_decision as usize), (hits + 1, 1 + 3 * MAX_TABLES));
+        let kept = index.lock().tables.values().filter(|k| k.namespace == "evil").count();
+        assert_eq!(kept, MAX_TABLES - 1, "evil keeps the rest of the tables");
+    }
+
+    #[test]
     fn tables_built_ahead_answer_the_next_step() {
         let (_d, s) = ledger();
         let s = Arc::new(s);
         let index = Arc::new(ChainIndex::default());
         let p = parents()[4].clone();
-        index.prefetch(&s, &p);
+        index.prefetch(&s, "", &p);
         index.settle();
         let found = s.read(|tx| index.protected_layer_for_chain(tx, &p, &chain_id(&p, &dg("p5-1")))).unwrap();
         assert_eq!(found, Some(dg("p5-1")));
         assert_eq!(index.stats(), Stats { hits: 1, built_in_decision: 0, built_ahead: 1 });
         // Asked again for a parent it has: nothing is built.
-        index.prefetch(&s, &p);
+        index.prefetch(&s, "", &p);
         index.settle();
         assert_eq!(index.stats().built_ahead, 1);
     }

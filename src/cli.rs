@@ -1,6 +1,6 @@
 //! cli: the command line (clap structs only; their `///` docs are the `--help` text) and the
 //! dispatch from a subcommand to one call (the daemon, or one RPC on pullgate's API), with
-//! exit codes. The commands: serve, pull, verify, check, grants, revoke, inspect,
+//! exit codes. The commands: serve, pull, verify, check, grants, revoke, preload, inspect,
 //! doctor, containerd-config; every client command takes `--address` and `-n` (default `default`), as ctr does.
 use crate::api::proto::{self, pullgate_client::PullgateClient};
 use crate::config::Config;
@@ -139,6 +139,29 @@ pub enum Command {
         target: Target,
         #[arg(long)]
         principal: Option<String>,
+        reference: Option<String>,
+    },
+    /// Pull an image for the node and mark it preloaded in the namespace: under the policy
+    /// NeverVerifyPreloadedImages its layers run there without a grant, whoever pulls the same
+    /// bytes since (an image every pod may run, such as a sandbox image that needs a login).
+    /// With --list, the namespace's marks (every namespace's with --all); with --remove, the
+    /// mark goes (the image and its grants stay).
+    Preload {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        registry: RegistryArgs,
+        /// List the images marked preloaded.
+        #[arg(long, conflicts_with_all = ["remove", "reference"])]
+        list: bool,
+        /// With --list: every namespace.
+        #[arg(long, requires = "list")]
+        all: bool,
+        /// Remove the mark of the reference (or manifest digest) given.
+        #[arg(long, requires = "reference")]
+        remove: bool,
+        /// Image reference (required unless --list).
+        #[arg(required_unless_present = "list")]
         reference: Option<String>,
     },
     /// Show what pullgate recorded about an image reference or a digest.
@@ -637,13 +660,18 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
     let local = match &cmd {
         Command::Pull { reference, .. } | Command::Verify { reference, .. } | Command::Check { reference, .. } => check_reference(reference),
         Command::Revoke { reference: Some(r), .. } => check_reference(r),
+        Command::Preload { reference: Some(r), registry, .. } if !crate::reference::is_digest(r) => {
+            if registry.principal.is_empty() { check_reference(r) } else { Err(usage("an image is preloaded for the whole namespace (the node's): give no --principal")) }
+        }
         _ => Ok(()),
     };
     if let Err(code) = local {
         return code;
     }
     let pull = match &cmd {
-        Command::Pull { target, registry, reference, .. } | Command::Verify { target, registry, reference } => match pull_request(target, registry, reference.clone()) {
+        Command::Preload { target, registry, reference: Some(reference), list: false, remove: false, .. }
+        | Command::Pull { target, registry, reference, .. }
+        | Command::Verify { target, registry, reference } => match pull_request(target, registry, reference.clone()) {
             Ok(r) => Some(r),
             Err(code) => return code,
         },
@@ -737,6 +765,33 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
                 Err(s) => fail(s),
             }
         }
+        Command::Preload { target, list: true, all, .. } => {
+            let ns = if all { String::new() } else { target.namespace };
+            match c.preloads(proto::PreloadsRequest { namespace: ns }).await {
+                Ok(r) => {
+                    print_preloads(&r.into_inner().preloaded, target.output);
+                    0
+                }
+                Err(s) => fail(s),
+            }
+        }
+        Command::Preload { target, remove: true, reference, .. } => {
+            match c.unpreload(proto::UnpreloadRequest { namespace: target.namespace, reference: reference.unwrap_or_default() }).await {
+                Ok(r) => {
+                    let n = r.into_inner().removed;
+                    match target.output {
+                        Output::Json => println!("{}", serde_json::json!({ "removed": n })),
+                        Output::Text => println!("removed {n} preload mark(s)"),
+                    }
+                    if n == 0 { EXIT_NOT_FOUND } else { 0 }
+                }
+                Err(s) => fail(s),
+            }
+        }
+        Command::Preload { target, .. } => {
+            let Some(req) = pull else { return EXIT_FAILURE };
+            c.preload(req).await.map(|r| report(r.into_inner(), target.output)).unwrap_or_else(fail)
+        }
         Command::Inspect { target, output } => match c.inspect(proto::InspectRequest { target }).await {
             Ok(r) => {
                 let r = r.into_inner();
@@ -748,6 +803,23 @@ async fn run_client(address: &std::path::Path, cmd: Command) -> i32 {
             }
             Err(s) => fail(s),
         },
+    }
+}
+
+/// `pullgate preload --list`: a table, or one JSON array.
+fn print_preloads(marks: &[proto::Preloaded], output: Output) {
+    if output == Output::Json {
+        let all: Vec<_> = marks
+            .iter()
+            .map(|p| serde_json::json!({ "namespace": p.namespace, "reference": p.reference, "manifest": p.manifest, "diff_ids": p.diff_ids, "marked_at": unix_rfc3339(p.marked_at_unix) }))
+            .collect();
+        println!("{}", serde_json::Value::Array(all));
+        return;
+    }
+    println!("{:<16} {:<48} {:<20} {:<7} MARKED", "NAMESPACE", "REFERENCE", "MANIFEST", "LAYERS");
+    for p in marks {
+        let manifest: String = p.manifest.chars().take(19).collect();
+        println!("{:<16} {:<48} {:<20} {:<7} {}", p.namespace, p.reference, manifest, p.diff_ids.len(), unix_rfc3339(p.marked_at_unix));
     }
 }
 

@@ -237,7 +237,7 @@ fn lists_served_prefix(g: &ledger::GrantEntry, layers: &[LayerId]) -> bool {
         && layers.iter().zip(gl.iter().zip(served)).all(|(d, (l, s))| *s && d.raw.as_ref() == Some(l))
 }
 
-fn now_nanos() -> i64 {
+pub(crate) fn now_nanos() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
@@ -302,7 +302,7 @@ impl Gate {
                 format!("unpack the image from its first layer: pullgate pull -n {} --user USER:PASSWORD IMAGE", s.namespace),
             ));
         }
-        let applied = self.applied_layer(tx, parent, target, hints, true)?;
+        let applied = self.applied_layer(tx, s.namespace, parent, target, hints, true)?;
         let layers: Vec<&str> = parent.diff_ids.iter().map(String::as_str).chain(applied.as_deref()).collect();
         if !self.extract_covered(tx, s, parent, &layers)? {
             let mut grants = GrantView::load_covering(tx, s.namespace, &layers)?;
@@ -381,7 +381,11 @@ impl Gate {
         if grants.covers_prefix(&layers, |g| self.grant_counts(s, g, per_principal, now)) {
             return Ok(());
         }
-        let preloaded = |d: &LayerId| self.preloaded_counts(s) && chain.preloaded.iter().any(|p| p == d.diff_id);
+        // Layers the operator marked preloaded in this namespace (`pullgate preload`) count
+        // under NeverVerifyPreloadedImages in every namespace: an operator's statement, not a
+        // principal's pull.
+        let marked = if self.cfg.policy == Policy::NeverVerifyPreloadedImages { ledger::preloaded_layers(tx, s.namespace)? } else { Default::default() };
+        let preloaded = |d: &LayerId| (self.preloaded_counts(s) && chain.preloaded.iter().any(|p| p == d.diff_id)) || marked.contains(d.diff_id);
         for d in layers.iter().filter(|d| !preloaded(d)) {
             self.check_layer(tx, s, d, per_principal, grants, now)?;
         }
@@ -437,8 +441,8 @@ impl Gate {
     /// confirmed by the chain arithmetic, protected ones only); with `thorough`, also from the
     /// chain index, whose tables cost a hash per protected layer on the node to build: asked
     /// only where it changes a decision (see [`Gate::looks_up_thoroughly`]).
-    pub fn layer_of_step(&self, tx: &impl LedgerRead, parent: &str, target: &str, hints: &[String], thorough: bool) -> Result<Option<String>, StoreError> {
-        self.applied_layer(tx, &ChainInfo { chain_id: parent.to_string(), ..Default::default() }, target, hints, thorough)
+    pub fn layer_of_step(&self, tx: &impl LedgerRead, namespace: &str, parent: &str, target: &str, hints: &[String], thorough: bool) -> Result<Option<String>, StoreError> {
+        self.applied_layer(tx, namespace, &ChainInfo { chain_id: parent.to_string(), ..Default::default() }, target, hints, thorough)
     }
 
     /// Whether a chain's unknown steps in `namespace` are looked up with the chain index too:
@@ -455,7 +459,9 @@ impl Gate {
     /// tested for chainID(parent, d) == target). A known layer that is not protected is
     /// reported as unknown, as the test of protected layers alone would.
     /// Without `use_index`, the chain index is not asked (what it alone would find stays None).
-    fn applied_layer(&self, tx: &impl LedgerRead, parent: &ChainInfo, target: &str, hints: &[String], use_index: bool) -> Result<Option<String>, StoreError> {
+    /// `namespace` is the requester's: the chain index keeps each namespace's tables within its
+    /// share.
+    fn applied_layer(&self, tx: &impl LedgerRead, namespace: &str, parent: &ChainInfo, target: &str, hints: &[String], use_index: bool) -> Result<Option<String>, StoreError> {
         if let Some(c) = ledger::chain(tx, target)? {
             if c.parent == parent.chain_id {
                 return Ok(Some(c.diff_id));
@@ -470,7 +476,7 @@ impl Gate {
             return Ok(if ledger::is_protected(tx, d)? { Some(d.clone()) } else { None });
         }
         match use_index {
-            true => self.index.protected_layer_for_chain(tx, &parent.chain_id, target),
+            true => self.index.protected_layer_for_chain_in(tx, namespace, &parent.chain_id, target),
             false => Ok(None),
         }
     }
@@ -787,6 +793,35 @@ mod tests {
         let stale = Gate::new(GateConfig { reverify_after_ns: Some(1), tenant_principals: ["n".to_string()].into(), ..Default::default() });
         let m = s.read(|tx| Ok::<_, StoreError>(denied(stale.use_chain(tx, &subj("n", "p1"), &chain_ab())))).unwrap();
         assert!(m.contains(&format!("{ORIGIN}:v1")) && !m.contains("aaa/copy") && m.contains("older than"), "{m}");
+    }
+
+    #[test]
+    fn layers_the_operator_marked_preloaded_run_without_a_grant_in_that_namespace_only() {
+        let (_d, s) = ledger();
+        let by = |policy: Policy| Gate::new(GateConfig { policy, require_principal: ["n".to_string()].into(), no_preloaded: ["n".to_string()].into(), ..Default::default() });
+        let run = |g: &Gate, ns: &str, p: &str| s.read(|tx| Ok::<_, StoreError>(g.use_chain(tx, &subj(ns, p), &chain_ab()).map_err(|e| e.to_string()))).unwrap();
+        let g = by(Policy::NeverVerifyPreloadedImages);
+        assert!(run(&g, "n", "pod").is_err_and(|e| e.contains("no grant")), "{:?}", run(&g, "n", "pod"));
+        // Only a manifest whose every blob pullgate hashed has layers to mark (the ledger
+        // records no other).
+        assert!(s.write(|tx| record_manifest(tx, &d('x'), &ManifestRec { config: d('C'), layers: vec![d('X')], diff_ids: vec![d('a')], ..Default::default() })).is_err());
+        assert_eq!(s.read(|tx| ledger::established_layers(tx, &d('x'))).unwrap(), None);
+        let layers = s.read(|tx| ledger::established_layers(tx, &d('m'))).unwrap().unwrap();
+        assert_eq!(layers, [d('a'), d('b')]);
+        s.write(|tx| ledger::mark_preloaded(tx, "n", &d('m'), &ledger::Preload { reference: format!("{ORIGIN}:v1"), diff_ids: layers.clone(), marked_at: 1 })).unwrap();
+        // Every principal of the namespace, even where principals' own pulls preload nothing.
+        for p in ["pod", "other", ""] {
+            assert_eq!(run(&g, "n", p), Ok(()));
+        }
+        assert!(run(&g, "elsewhere", "").is_err(), "a mark is the namespace's own");
+        assert!(run(&by(Policy::AlwaysVerify), "n", "pod").is_err(), "AlwaysVerify exempts nothing");
+        assert!(run(&by(Policy::NeverVerifyAllowlistedImages), "n", "pod").is_err());
+        let marks = s.read(|tx| ledger::preloads(tx, None)).unwrap();
+        assert_eq!(marks.len(), 1);
+        assert_eq!((marks[0].namespace.as_str(), marks[0].manifest.as_str()), ("n", d('m').as_str()));
+        assert_eq!(s.write(|tx| ledger::unmark_preloaded(tx, "elsewhere", &|_| true)).unwrap(), 0);
+        assert_eq!(s.write(|tx| ledger::unmark_preloaded(tx, "n", &|e| e.manifest == d('m'))).unwrap(), 1);
+        assert!(run(&g, "n", "pod").is_err(), "the mark removed, the grant is needed again");
     }
 
     #[test]

@@ -761,6 +761,75 @@ pub fn revoke(tx: &mut WriteTx, ns: &str, principal: Option<&str>, origin: Optio
     Ok(n)
 }
 
+/// An image the operator marked preloaded in a namespace (`pullgate preload`). Under
+/// `NeverVerifyPreloadedImages` its layers run there without a grant, whoever pulls the same
+/// bytes since, under any name, with any credential. The layers are the ones pullgate
+/// established for the manifest (each blob's layer ID from its own hashing), never a claim.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Preload {
+    /// The reference the operator named, as pullgate reads it.
+    pub reference: String,
+    /// The manifest's layers (diffIDs), base first.
+    pub diff_ids: Vec<String>,
+    /// Nanoseconds since the epoch.
+    pub marked_at: i64,
+}
+
+/// One mark: its namespace, manifest and record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreloadEntry {
+    pub namespace: String,
+    pub manifest: String,
+    pub preload: Preload,
+}
+
+/// The layers of `manifest` as pullgate established them: every blob paired with its layer ID
+/// by pullgate's own hashing, agreeing with the manifest's record. None when any is not.
+pub fn established_layers(tx: &impl LedgerRead, manifest: &str) -> Result<Option<Vec<String>>, StoreError> {
+    let Some(m) = self::manifest(tx, manifest)? else { return Ok(None) };
+    if m.layers.len() != m.diff_ids.len() {
+        return Ok(None);
+    }
+    for (blob, d) in m.layers.iter().zip(&m.diff_ids) {
+        if pairing(tx, blob)?.as_deref() != Some(d.as_str()) {
+            return Ok(None);
+        }
+    }
+    Ok(Some(m.diff_ids))
+}
+
+/// Marks `manifest` preloaded in `ns` (replacing an earlier mark of the same manifest there).
+pub fn mark_preloaded(tx: &mut WriteTx, ns: &str, manifest: &str, p: &Preload) -> Result<(), StoreError> {
+    tx.put_val(Collection::Preloads, &key(&[ns, manifest]), p)
+}
+
+/// The marks of one namespace (of all when `ns` is None).
+pub fn preloads(tx: &impl LedgerRead, ns: Option<&str>) -> Result<Vec<PreloadEntry>, StoreError> {
+    let prefix = ns.map(|n| key(&[n, ""])).unwrap_or_default();
+    let mut out = Vec::new();
+    for (k, preload) in tx.scan::<Preload>(Collection::Preloads, &prefix)? {
+        match split_key(&k)[..] {
+            [namespace, manifest] => out.push(PreloadEntry { namespace: namespace.to_string(), manifest: manifest.to_string(), preload }),
+            _ => return Err(StoreError::Corrupt { key: k.replace('\0', "|"), reason: "preload key has not 2 parts".into() }),
+        }
+    }
+    Ok(out)
+}
+
+/// Every layer marked preloaded in `ns`.
+pub fn preloaded_layers(tx: &impl LedgerRead, ns: &str) -> Result<std::collections::HashSet<String>, StoreError> {
+    Ok(preloads(tx, Some(ns))?.into_iter().flat_map(|e| e.preload.diff_ids).collect())
+}
+
+/// Removes the marks of `ns` that `which` selects; returns how many.
+pub fn unmark_preloaded(tx: &mut WriteTx, ns: &str, which: &dyn Fn(&PreloadEntry) -> bool) -> Result<usize, StoreError> {
+    let mut n = 0;
+    for e in preloads(tx, Some(ns))?.iter().filter(|e| which(e)) {
+        n += usize::from(tx.delete_val(Collection::Preloads, &key(&[&e.namespace, &e.manifest]))?);
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

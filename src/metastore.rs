@@ -25,6 +25,11 @@ const SNAPSHOT_REFS_BUILT: &str = "snapshot_refs_index";
 /// Commit of an extraction the puller registered and checked; no request, label or Update can
 /// set or change it. Only these snapshots are offered to another namespace for adoption.
 const OWN_CHAINS: TableDefinition<&str, &str> = TableDefinition::new("own_chains");
+/// (chainID, key) for every entry of [`OWN_CHAINS`]: the snapshots offered for adoption of a
+/// chain, read without the records of every snapshot a client labelled with that chain (a
+/// tenant may label thousands). Rebuilt from OWN_CHAINS at every open, so that a version that
+/// did not keep it (a rollback) leaves nothing stale.
+const OWN_CHAIN_KEYS: TableDefinition<(&str, &str), ()> = TableDefinition::new("own_chain_keys");
 /// Container snapshots prepared on the CRI front's admission: key -> the principal the front
 /// decided for (the pod's). Written only by the Prepare that consumed the admission; no label,
 /// request or Update can set or change it. Task start (Mounts) decides again with it.
@@ -90,10 +95,13 @@ pub enum Collection {
     /// `origin NUL name NUL manifest` -> (): every name a manifest was fetched as, with the
     /// origin that answered (a manifest's own record keeps a few, for messages).
     Names,
+    /// `namespace NUL manifest` -> an image the operator marked preloaded in the namespace
+    /// (`pullgate preload`): its reference, and its layers as pullgate established them.
+    Preloads,
 }
 
 impl Collection {
-    const ALL: [Collection; 11] = [
+    const ALL: [Collection; 12] = [
         Collection::BlobOrigins,
         Collection::Manifests,
         Collection::Layers,
@@ -105,6 +113,7 @@ impl Collection {
         Collection::GrantLayers,
         Collection::ProtectedSince,
         Collection::Names,
+        Collection::Preloads,
     ];
     fn def(self) -> TableDefinition<'static, &'static str, &'static [u8]> {
         match self {
@@ -122,6 +131,7 @@ impl Collection {
             Collection::GrantLayers => TableDefinition::new("ledger_grant_layers"),
             Collection::ProtectedSince => TableDefinition::new("ledger_protected_since"),
             Collection::Names => TableDefinition::new("ledger_names"),
+            Collection::Preloads => TableDefinition::new("ledger_preloads"),
         }
     }
 }
@@ -226,6 +236,7 @@ impl MetaStore {
         txn.open_table(COUNTERS)?;
         txn.open_table(SNAPSHOT_REFS)?;
         txn.open_table(OWN_CHAINS)?;
+        txn.open_table(OWN_CHAIN_KEYS)?;
         txn.open_table(ADMITTED)?;
         txn.open_table(REMAPS)?;
         txn.open_table(UNKNOWN_STEPS)?;
@@ -243,7 +254,22 @@ impl MetaStore {
                     }
                 }
                 Ok(())
-            })
+            })?;
+            tx.0.delete_table(OWN_CHAIN_KEYS)?;
+            let own: Vec<(String, String)> = {
+                let t = tx.0.open_table(OWN_CHAINS)?;
+                let mut v = Vec::new();
+                for item in t.iter()? {
+                    let (k, c) = item?;
+                    v.push((k.value().to_string(), c.value().to_string()));
+                }
+                v
+            };
+            let mut keys = tx.0.open_table(OWN_CHAIN_KEYS)?;
+            for (k, c) in &own {
+                keys.insert((c.as_str(), k.as_str()), ())?;
+            }
+            Ok::<(), StoreError>(())
         })?;
         Ok(store)
     }
@@ -589,20 +615,39 @@ impl ReadTx {
         Ok(out)
     }
 
-    /// The snapshots whose `containerd.io/snapshot.ref` label is `target`.
+    /// The snapshots of `namespace` whose `containerd.io/snapshot.ref` label is `target` (keys
+    /// `<namespace>/...`): what other namespaces labelled is not read.
+    pub fn with_ref_in(&self, target: &str, namespace: &str) -> Result<Vec<(String, Record)>, StoreError> {
+        let prefix = format!("{namespace}/");
+        self.records_indexed(SNAPSHOT_REFS, target, &prefix, "indexed by its snapshot.ref label but missing")
+    }
+
+    /// Every snapshot whose `containerd.io/snapshot.ref` label is `target` (tests).
+    #[cfg(test)]
     pub fn with_ref(&self, target: &str) -> Result<Vec<(String, Record)>, StoreError> {
-        let refs = self.0.open_table(SNAPSHOT_REFS)?;
+        self.records_indexed(SNAPSHOT_REFS, target, "", "indexed by its snapshot.ref label but missing")
+    }
+
+    /// The committed snapshots pullgate's own pulls unpacked as chain `target` (in any
+    /// namespace), with their records.
+    pub fn own_with_chain(&self, target: &str) -> Result<Vec<(String, Record)>, StoreError> {
+        self.records_indexed(OWN_CHAIN_KEYS, target, "", "indexed as an own chain but missing")
+    }
+
+    /// The records of the keys `index` holds under `target` that begin with `prefix`.
+    fn records_indexed(&self, index: TableDefinition<(&str, &str), ()>, target: &str, prefix: &str, missing: &str) -> Result<Vec<(String, Record)>, StoreError> {
+        let refs = self.0.open_table(index)?;
         let snaps = self.0.open_table(SNAPSHOTS)?;
         let mut out = Vec::new();
-        for item in refs.range((target, "")..)? {
+        for item in refs.range((target, prefix)..)? {
             let (k, _) = item?;
             let (t, key) = k.value();
-            if t != target {
+            if t != target || !key.starts_with(prefix) {
                 break;
             }
             match get_val_in::<Record, _>(&snaps, key)? {
                 Some(r) => out.push((key.to_string(), r)),
-                None => return Err(StoreError::Corrupt { key: key.to_string(), reason: "indexed by its snapshot.ref label but missing".into() }),
+                None => return Err(StoreError::Corrupt { key: key.to_string(), reason: missing.into() }),
             }
         }
         Ok(out)
@@ -620,7 +665,12 @@ impl WriteTx {
 
     /// Records that committed snapshot `key` is pullgate's own unpack of chain `chain`.
     pub fn set_own_chain(&mut self, key: &str, chain: &str) -> Result<(), StoreError> {
-        self.0.open_table(OWN_CHAINS)?.insert(key, chain)?;
+        let old = self.0.open_table(OWN_CHAINS)?.insert(key, chain)?.map(|v| v.value().to_string());
+        let mut keys = self.0.open_table(OWN_CHAIN_KEYS)?;
+        if let Some(o) = old {
+            keys.remove((o.as_str(), key))?;
+        }
+        keys.insert((chain, key), ())?;
         Ok(())
     }
 
@@ -720,7 +770,9 @@ impl WriteTx {
             if let Some(t) = old.labels.get(SNAPSHOT_REF_LABEL) {
                 self.0.open_table(SNAPSHOT_REFS)?.remove((t.as_str(), key))?;
             }
-            self.0.open_table(OWN_CHAINS)?.remove(key)?;
+            if let Some(c) = self.0.open_table(OWN_CHAINS)?.remove(key)?.map(|v| v.value().to_string()) {
+                self.0.open_table(OWN_CHAIN_KEYS)?.remove((c.as_str(), key))?;
+            }
             self.0.open_table(ADMITTED)?.remove(key)?;
             self.0.open_table(REMAPS)?.remove(key)?;
             self.0.open_table(UNKNOWN_STEPS)?.remove(key)?;
@@ -806,6 +858,41 @@ mod tests {
             Ok(())
         })
         .unwrap();
+    }
+
+    #[test]
+    fn chain_lookups_read_one_namespace_and_own_chains_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.redb");
+        let mut r = rec(1, "");
+        r.labels.insert(SNAPSHOT_REF_LABEL.into(), "sha256:t".into());
+        {
+            let s = MetaStore::open(&p).unwrap();
+            s.write(|tx| -> Result<(), StoreError> {
+                for k in ["a/1/x", "a/2/y", "ab/3/z", "b/4/w"] {
+                    tx.put(k, &r)?;
+                }
+                tx.set_own_chain("b/4/w", "sha256:t")
+            })
+            .unwrap();
+            s.read(|tx| -> Result<(), StoreError> {
+                let keys = |v: Vec<(String, Record)>| v.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+                assert_eq!(keys(tx.with_ref_in("sha256:t", "a")?), ["a/1/x", "a/2/y"]);
+                assert_eq!(keys(tx.with_ref_in("sha256:t", "c")?), Vec::<String>::new());
+                assert_eq!(keys(tx.own_with_chain("sha256:t")?), ["b/4/w"]);
+                Ok(())
+            })
+            .unwrap();
+            // A version that did not keep the index (a rollback) set another own chain.
+            let txn = s.db.begin_write().unwrap();
+            txn.open_table(OWN_CHAINS).unwrap().insert("a/1/x", "sha256:t").unwrap();
+            txn.commit().unwrap();
+        }
+        let s = MetaStore::open(&p).unwrap();
+        let own = |s: &MetaStore| s.read(|tx| tx.own_with_chain("sha256:t")).unwrap().into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(own(&s), ["a/1/x", "b/4/w"], "rebuilt at the open");
+        s.write(|tx| tx.delete("b/4/w").map(|_| ())).unwrap();
+        assert_eq!(own(&s), ["a/1/x"]);
     }
 
     #[test]

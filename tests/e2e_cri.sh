@@ -47,7 +47,8 @@
 #  17. an image the node preloads from a registry that needs a login: pods without a secret
 #      run it after team-a pulls an image built FROM it and after a tenant pulls the same bytes
 #      from a repository of its own, and with its registry down; an image the node pulls only
-#      after such a tenant's pull is refused to them (the control).
+#      after such a tenant's pull is refused to them (the control), until the operator marks it
+#      with `pullgate preload` (listed, and refused again once the mark is removed).
 #  18. containers of the sandbox image created while other pods' sandboxes start: no sandbox
 #      takes a container's admission (the front labels the pods it forwards).
 #  19. 5,000 names on the public image of 16 (what a tenant's pulls of the same manifest under
@@ -978,6 +979,29 @@ check "17: then the node pulls the same image as $REG_q/private/late:v1 (contain
   direct PullImage "{\"image\":{\"image\":\"$REG_q/private/late:v1\"},\"auth\":{\"username\":\"alice\",\"password\":\"$PW_ALICE\"}}"
 check_refused "17: a pod without a secret is refused that image (its layers were known as private before the node held them)" \
   "$REFUSED team-q3/q3" "$LATEMSG" run_in front q3 team-q3 "$SID_Q3" q3l "$REG_q/private/late:v1"
+# The operator's way for such an image (docs/kubernetes.md): `pullgate preload` pulls it for the
+# node with the node's credential and marks it preloaded in k8s.io, whoever pulled its bytes
+# before or after.
+check "17: the operator marks it: pullgate preload -n k8s.io --user alice $REG_q/private/late:v1" \
+  pg preload -n k8s.io --user "alice:$PW_ALICE" "$REG_q/private/late:v1"
+out=$(pg preload --list -n k8s.io -o json 2>&1); rc=$?
+check "17: pullgate preload --list shows that one mark, with the image's layers (rc=$rc: $(shown 300 "$out"))" \
+  python3 -c 'import json,sys; m=json.loads(sys.argv[1]); assert [p["reference"] for p in m]==[sys.argv[2]] and len(m[0]["diff_ids"])>=3 and m[0]["namespace"]=="k8s.io"' "$out" "$REG_q/private/late:v1"
+# The pull recorded a grant for k8s.io as a whole, which this run's k8s.io (require_principal
+# off) counts for every pod: revoked, so that only the mark speaks for the image.
+check_out "17: the namespace-wide grant that pull recorded is revoked (the mark stays)" "revoked 1 grant(s)" \
+  pg revoke -n k8s.io --principal '' "$REG_q/private/late:v1"
+check_out "17: a pod without a secret runs it, preloaded by the operator" "$LATEMSG" run_in front q3 team-q3 "$SID_Q3" q3m "$REG_q/private/late:v1"
+check_out "17: pullgate check answers that pod's principal: allowed" "allowed" pg check -n k8s.io --principal team-q3/q3/uid-q3 "$REG_q/private/late:v1"
+check "17: mallory pulls the same bytes again with her own secret" pull_as mal-2 team-m "$REG_x/aaa6/late:v1" "mallory:$PW_MAL"
+check_out "17: a pod without a secret still runs the image the operator preloaded" "$LATEMSG" run_in front q3 team-q3 "$SID_Q3" q3n "$REG_q/private/late:v1"
+check_refused "17: the mark is k8s.io's: pullgate check in another namespace is denied" "^denied" "" \
+  pg check -n elsewhere "$REG_q/private/late:v1"
+check_out "17: pullgate preload --remove takes the mark away" "removed 1 preload mark" pg preload -n k8s.io --remove "$REG_q/private/late:v1"
+out=$(pg preload --list -n k8s.io -o json 2>&1); rc=$?
+check "17: pullgate preload --list is empty then (rc=$rc: $(shown 300 "$out"))" bash -c '[ "$1" -eq 0 ] && [ "$2" = "[]" ]' _ "$rc" "$out"
+check_refused "17: then a pod without a secret is refused it again" \
+  "$REFUSED team-q3/q3" "$LATEMSG" run_in front q3 team-q3 "$SID_Q3" q3o "$REG_q/private/late:v1"
 # The origin goes down: the preloaded image needs nothing from it.
 kill "$Q_PID"; wait "$Q_PID" 2>/dev/null
 check "17: the preloaded image's registry is down" not curl -s -o /dev/null --cacert "$WORK/ca/ca.pem" "https://$REG_q/v2/"

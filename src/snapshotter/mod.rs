@@ -586,8 +586,8 @@ impl Snapshotter {
     /// The committed snapshots of `namespace` named `chain` (those labelled with it, else all
     /// of the namespace's).
     fn chain_snapshots(tx: &crate::metastore::ReadTx, namespace: &str, chain: &str) -> Result<Vec<(String, Record)>> {
-        let mut candidates = tx.with_ref(chain)?;
-        if !candidates.iter().any(|(k, _)| namespace_of_key(k) == Some(namespace)) {
+        let mut candidates = tx.with_ref_in(chain, namespace)?;
+        if candidates.is_empty() {
             candidates.extend(Self::namespace_chain_snapshots(tx, namespace, chain)?);
         }
         Ok(candidates.into_iter().filter(|(k, r)| r.kind == Kind::Committed && name_of_key(k) == chain && namespace_of_key(k) == Some(namespace)).collect())
@@ -613,11 +613,14 @@ impl Snapshotter {
         let top = crate::ledger::chain_ids(diff_ids).pop().unwrap_or_default();
         let subject = Subject { namespace, principal };
         self.store.read(|tx| -> Result<()> {
-            let mut candidates = tx.with_ref(&top)?;
-            if !candidates.iter().any(|(k, _)| namespace_of_key(k) == Some(namespace)) {
+            // The namespace's own snapshots of the chain and pullgate's own unpacks of it,
+            // never the records other namespaces labelled with it (a tenant may label thousands).
+            let mut candidates = tx.with_ref_in(&top, namespace)?;
+            if candidates.is_empty() {
                 // A snapshot of the namespace without the label (committed by some client).
                 candidates.extend(Self::namespace_chain_snapshots(tx, namespace, &top)?);
             }
+            candidates.extend(tx.own_with_chain(&top)?.into_iter().filter(|(k, _)| namespace_of_key(k) != Some(namespace)));
             let mut chains = Vec::new();
             for (k, r) in candidates {
                 let mine = namespace_of_key(&k) == Some(namespace);
@@ -827,7 +830,7 @@ impl Snapshotter {
         if let (Ok(_), Some(t), true) = (&result, &target, unrecorded) {
             // An unpack of a chain the ledger does not record: its next step will be on this
             // chain, so the chain index builds its table while containerd applies this layer.
-            self.gate.index.prefetch(&self.store, t);
+            self.gate.index.prefetch(&self.store, &namespace, t);
         }
         result
     }
@@ -877,11 +880,12 @@ impl Snapshotter {
         }
         let r = tx.get(key)?.ok_or_else(|| SnapshotterError::NotFound(key.into()))?;
         let thorough = self.gate.looks_up_thoroughly(&r.namespace);
+        let namespace = r.namespace.clone();
         let recorded = Self::parent_chain(key, r);
         if recorded.unknown_layers == 0 {
             return Ok(recorded);
         }
-        Ok(match self.unknown_steps_looked_up(tx, key, hints, thorough)? {
+        Ok(match self.unknown_steps_looked_up(tx, &namespace, key, hints, thorough)? {
             Some(c) => ChainInfo { unestablished: recorded.unestablished, ..c },
             None => ChainInfo { unfollowed: true, ..recorded },
         })
@@ -892,7 +896,7 @@ impl Snapshotter {
     /// the protected layer the gate now finds for it (preloaded if it entered the protected-layer
     /// log after the step), or stays unknown; a snapshot that added no layer (a copy, a commit
     /// of a container's changes) adds nothing. None when a step is not one pullgate can follow.
-    fn unknown_steps_looked_up(&self, tx: &crate::metastore::ReadTx, key: &str, hints: &[String], thorough: bool) -> Result<Option<ChainInfo>> {
+    fn unknown_steps_looked_up(&self, tx: &crate::metastore::ReadTx, namespace: &str, key: &str, hints: &[String], thorough: bool) -> Result<Option<ChainInfo>> {
         let steps = Self::ancestors(|k| tx.get(k), key)?;
         let mut out = ChainInfo::default();
         let (mut known, mut unknown) = (0usize, 0u32);
@@ -919,7 +923,7 @@ impl Snapshotter {
                     let Some(d) = applied.filter(|d| crate::ledger::chain_id(&out.chain_id, d) == step.chain_id) else { return Ok(None) };
                     out.diff_ids.push(d);
                 }
-                (Some(0), Some(1)) => match self.gate.layer_of_step(tx, &out.chain_id, &step.chain_id, hints, thorough)? {
+                (Some(0), Some(1)) => match self.gate.layer_of_step(tx, namespace, &out.chain_id, &step.chain_id, hints, thorough)? {
                     Some(d) => {
                         let since = crate::ledger::protected_since(tx, &d)?;
                         if let (Some(at), Some(since)) = (tx.unknown_at(&k)?, since) {
@@ -977,8 +981,8 @@ impl Snapshotter {
     /// The key of a committed snapshot pullgate's own pull unpacked as chain `target`, on
     /// `parent` (any parent with None).
     fn own_chain_on(tx: &crate::metastore::ReadTx, target: &str, parent: Option<&str>) -> std::result::Result<Option<String>, StoreError> {
-        for (k, r) in tx.with_ref(target)? {
-            if r.kind == Kind::Committed && parent.is_none_or(|p| r.parent == p) && tx.own_chain(&k)?.as_deref() == Some(target) {
+        for (k, r) in tx.own_with_chain(target)? {
+            if r.kind == Kind::Committed && parent.is_none_or(|p| r.parent == p) {
                 return Ok(Some(k));
             }
         }
@@ -1191,11 +1195,7 @@ impl Snapshotter {
             let own = self.store.read(|tx| -> Result<Vec<(String, Record)>> {
                 let mut own = Vec::new();
                 for t in targets.iter().collect::<std::collections::BTreeSet<_>>() {
-                    for (k, r) in tx.with_ref(t)? {
-                        if tx.own_chain(&k)?.as_deref() == Some(*t) {
-                            own.push((k, r));
-                        }
-                    }
+                    own.extend(tx.own_with_chain(t)?);
                 }
                 Ok(own)
             })?;
