@@ -534,13 +534,19 @@ impl Plan {
         self.before.as_deref() != Some(self.after.as_bytes())
     }
     /// The change as a unified diff, the values of credential keys (a registry's `auth`,
-    /// `password`, tokens) hidden: the file may hold them, and the diff goes to a terminal.
+    /// `password`, tokens, its `headers`) hidden: the file may hold them, and the diff goes to a
+    /// terminal and an installer's log. Both sides are hidden as parsed TOML, so a value written
+    /// over several lines or inside an inline table is hidden whole (line numbers are then those
+    /// of the hidden text); a side that does not parse is not shown at all.
     pub fn diff(&self) -> String {
         let name = self.file.display().to_string();
         let before = self.before.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
         let old = if self.before.is_some() { name.clone() } else { "/dev/null".into() };
-        let diff = unified_diff(&before, &self.after, &old, &name);
-        diff.lines().map(|l| hide_secret(l) + "\n").collect()
+        match (with_secrets_hidden(&before), with_secrets_hidden(&self.after)) {
+            (Some(before), Some(after)) => unified_diff(&before, &after, &old, &name),
+            _ if !self.changes() => String::new(),
+            _ => format!("(the change to {name} is not shown: it does not parse as TOML, and it may hold credentials)\n"),
+        }
     }
     pub fn backup(&self) -> PathBuf {
         beside(&self.file, BACKUP_SUFFIX)
@@ -665,16 +671,62 @@ fn dump_problems(dump: &toml::Value, opts: &Options) -> (String, Vec<String>) {
     (format!("{series} (config version {version})"), problems)
 }
 
-/// A diff line with the value of a credential key hidden (`password = "..."` ->
-/// `password = <hidden>`): the key names containerd's registry configuration uses.
-fn hide_secret(line: &str) -> String {
-    const KEYS: [&str; 6] = ["password", "auth", "identitytoken", "identity_token", "token", "registrytoken"];
-    let Some((key, _)) = line.get(1..).and_then(|l| l.split_once('=')) else { return line.to_string() };
-    let k = key.trim().trim_matches(|c| c == '"' || c == '\'').to_ascii_lowercase();
-    match KEYS.contains(&k.as_str()) && !line.starts_with("@@") {
-        true => format!("{}{}= <hidden>", &line[..1], key),
-        false => line.to_string(),
+/// The text with the value of every credential key replaced by `<hidden>`, or None when it
+/// does not parse as TOML. Keys are matched without case (containerd 1.x reads its config with
+/// BurntSushi's TOML, 2.x with go-toml, and either may be lenient): a registry's `auth`,
+/// `password`, `identitytoken`, anything naming a token, secret or passphrase, and every value
+/// under `headers` (an `Authorization` header, for one). Written by hand over toml_edit's spans:
+/// no crate hides values in place and keeps the rest of the text as written.
+fn with_secrets_hidden(text: &str) -> Option<String> {
+    let doc = toml_edit::Document::parse(text).ok()?;
+    let mut spans = Vec::new();
+    secret_spans(doc.as_table(), false, &mut spans)?;
+    spans.sort_by_key(|r| r.start);
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for r in spans {
+        // A span inside one already hidden (an array under `headers`) is hidden with it.
+        if r.start < at {
+            continue;
+        }
+        out.push_str(text.get(at..r.start)?);
+        out.push_str("<hidden>");
+        at = r.end;
     }
+    out.push_str(text.get(at..)?);
+    Some(out)
+}
+
+fn is_secret_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    k == "auth" || k == "headers" || ["password", "token", "secret", "passphrase", "authorization"].iter().any(|s| k.contains(s))
+}
+
+/// The spans of the values to hide in a table (`all`: under a secret key, every value).
+/// None when a value has no span (not parsed from the text): the caller then shows nothing.
+fn secret_spans(table: &dyn TableLike, all: bool, spans: &mut Vec<std::ops::Range<usize>>) -> Option<()> {
+    for (key, item) in table.iter() {
+        let secret = all || is_secret_key(key);
+        match item {
+            Item::Value(v) if secret => spans.push(v.span()?),
+            Item::Value(Value::InlineTable(t)) => secret_spans(t, false, spans)?,
+            Item::Value(Value::Array(a)) => {
+                for v in a.iter() {
+                    if let Value::InlineTable(t) = v {
+                        secret_spans(t, false, spans)?;
+                    }
+                }
+            }
+            Item::Value(_) | Item::None => {}
+            Item::Table(t) => secret_spans(t, secret, spans)?,
+            Item::ArrayOfTables(a) => {
+                for t in a.iter() {
+                    secret_spans(t, secret, spans)?;
+                }
+            }
+        }
+    }
+    Some(())
 }
 
 fn beside(file: &Path, suffix: &str) -> PathBuf {
@@ -1263,10 +1315,44 @@ imports = []
 
     #[test]
     fn credentials_are_hidden_in_the_diff() {
-        assert_eq!(hide_secret("   password = \"s3cret\""), "   password = <hidden>");
-        assert_eq!(hide_secret("+  auth = 'dXNlcjpwdw=='"), "+  auth = <hidden>");
-        assert_eq!(hide_secret("-  IdentityToken = \"t\""), "-  IdentityToken = <hidden>");
-        assert_eq!(hide_secret("   username = \"node\""), "   username = \"node\"");
-        assert_eq!(hide_secret("+  snapshotter = \"pullgate\""), "+  snapshotter = \"pullgate\"");
+        let hidden = |t: &str| with_secrets_hidden(t).unwrap();
+        assert_eq!(hidden("[a]\n   password = \"s3cret\"\n"), "[a]\n   password = <hidden>\n");
+        assert_eq!(hidden("auth = 'dXNlcjpwdw=='  # kept\n"), "auth = <hidden>  # kept\n");
+        assert_eq!(hidden("IdentityToken = \"t\"\nusername = \"node\"\nsnapshotter = \"pullgate\"\n"),
+            "IdentityToken = <hidden>\nusername = \"node\"\nsnapshotter = \"pullgate\"\n");
+        // Multi-line strings, inline tables, dotted and quoted keys, escapes in key names,
+        // headers, arrays of tables: hidden whole, whatever the spelling.
+        let text = r#"version = 2
+[plugins."io.containerd.grpc.v1.cri".registry.configs."r.example".auth]
+  username = "node"
+  password = """
+s3cret-line-one
+s3cret-line-two"""
+[plugins."io.containerd.grpc.v1.cri".registry.configs."q.example"]
+  auth = { username = "u", "pass\u0077ord" = 's3cret-inline' }
+  tls.key_file = "/etc/k"
+  auth2.registrytoken = "s3cret-dotted"
+[plugins."io.containerd.grpc.v1.cri".registry.headers]
+  Authorization = ["Basic s3cret-header", """
+s3cret-header-two"""]
+  X-Meta = "s3cret-meta"
+[[mirrors]]
+  client_secret = 's3cret-aot'
+  level = "debug"
+"#;
+        let h = hidden(text);
+        assert!(!h.contains("s3cret"), "{h}");
+        // Everything under a secret key is hidden (containerd's `auth` table, username too).
+        assert!(h.contains("  username = <hidden>\n  password = <hidden>\n") && h.contains("  auth = <hidden>\n"), "{h}");
+        for kept in ["tls.key_file = \"/etc/k\"", "level = \"debug\"", "[[mirrors]]"] {
+            assert!(h.contains(kept), "{kept}: {h}");
+        }
+        assert_eq!(with_secrets_hidden("[a\npassword = 'x'"), None);
+        // A plan's diff shows the change with the credentials hidden on both sides.
+        let plan = Plan { file: "/etc/containerd/config.toml".into(), before: Some(text.as_bytes().to_vec()), after: format!("{text}[proxy_plugins.pullgate]\n") };
+        let d = plan.diff();
+        assert!(d.contains("+[proxy_plugins.pullgate]") && !d.contains("s3cret"), "{d}");
+        let broken = Plan { before: Some(b"password = '''s3cret".to_vec()), ..plan };
+        assert!(broken.diff().starts_with("(the change to /etc/containerd/config.toml is not shown"), "{}", broken.diff());
     }
 }

@@ -14,7 +14,8 @@
 #   - merges that containerd's own reading (`config dump`, run by the command before it writes)
 #     shows wrong, refused with the file unchanged: an imported drop-in pointing pullgate's proxy
 #     plugin elsewhere, another proxy snapshotter, a version 2 file under a 2.x containerd (which
-#     migrates it and would load erofs); a registry password in the file hidden in the diff.
+#     migrates it and would load erofs); a registry password (over several lines) and a header
+#     in the file hidden in the diff.
 # One containerd start. Usage: tests/e2e_ctrconf.sh VERSION
 source "$(dirname "$0")/lib.sh"
 V=${1:?usage: e2e_ctrconf.sh 1.6|1.7|2.1|2.4}
@@ -208,18 +209,27 @@ if [ "$SERIES" = 2.x ]; then
   says "  erofs would load" "disabled_plugins lacks io.containerd.snapshotter.v1.erofs"
   same "  the file is unchanged" "$D/v2.toml" "$D/v2.orig"
 fi
-# A registry credential in the file is not shown in the diff.
+# A registry credential in the file is not shown in the diff: a password written over several
+# lines, then a header carrying another.
 case $SERIES in 1.x) reg='plugins."io.containerd.grpc.v1.cri".registry' ;; 2.x) reg="plugins.'io.containerd.cri.v1.images'.registry" ;; esac
-# (Where the merge's change is near, so that the diff would show it: before 1.x's [proxy_plugins],
-# at the end of a 2.x file.)
-auth=$(printf '[%s.configs."registry.example".auth]\n  password = "s3cret-In-Config"\n  username = "node"\n' "$reg")
-case $SERIES in
-  1.x) awk -v a="$auth" '/^\[proxy_plugins\]$/ {print a; print ""} {print}' "$D/default.orig" > "$D/auth.toml" ;;
-  2.x) { cat "$D/default.orig"; printf '\n%s\n' "$auth"; } > "$D/auth.toml" ;;
-esac
+# with_secret NAME BLOCK: the default file with BLOCK where the merge's change is near, so that
+# the diff would show it (before 1.x's [proxy_plugins], at the end of a 2.x file; the default's
+# own empty table of headers left out, as BLOCK may define it), in $D/NAME.toml.
+with_secret() {
+  case $SERIES in
+    1.x) grep -vF "[$reg.headers]" "$D/default.orig" | awk -v a="$2" '/^\[proxy_plugins\]$/ {print a; print ""} {print}' > "$D/$1.toml" ;;
+    2.x) { grep -vF "[$reg.headers]" "$D/default.orig"; printf '\n%s\n' "$2"; } > "$D/$1.toml" ;;
+  esac
+}
+with_secret auth "$(printf '[%s.configs."registry.example".auth]\n  password = """\ns3cret-In-Config\nsecond-s3cret-line"""\n  username = "node"\n' "$reg")"
 cc --file "$D/auth.toml" --content-sharing isolated --dry-run
-rc_is 0 "--dry-run of a file holding a registry password"
+rc_is 0 "--dry-run of a file holding a registry password over several lines"
 check "  its diff shows the password's line hidden" grep -qE '^ +password = <hidden>$' <<<"$OUT"
-check "  and never the password" not grep -qF "s3cret-In-Config" <<<"$OUT"
+check "  and no line of the password" not grep -qF "s3cret" <<<"$OUT"
+with_secret header "$(printf '[%s.headers]\n  Authorization = ["Basic s3cret-In-Header"]\n' "$reg")"
+cc --file "$D/header.toml" --content-sharing isolated --dry-run
+rc_is 0 "--dry-run of a file holding a registry header"
+check "  its diff shows the header's line hidden" grep -qE '^ +Authorization = <hidden>$' <<<"$OUT"
+check "  and never the header's value" not grep -qF "s3cret" <<<"$OUT"
 
 summary "e2e ctrconf containerd $V"
