@@ -745,9 +745,14 @@ pub fn grants_of(tx: &impl LedgerRead, ns: &str, principal: &str) -> Result<Vec<
 /// Removes the grants of `ns` matching `principal` (None: every principal) whose origin
 /// `origin` accepts (None: every origin); returns how many.
 pub fn revoke(tx: &mut WriteTx, ns: &str, principal: Option<&str>, origin: Option<&dyn Fn(&str) -> bool>) -> Result<usize, StoreError> {
+    revoke_where(tx, ns, &|g| principal.is_none_or(|p| p == g.principal()) && origin.is_none_or(|o| o(g.origin())))
+}
+
+/// Removes the grants of `ns` that `which` picks; returns how many.
+pub fn revoke_where(tx: &mut WriteTx, ns: &str, which: &dyn Fn(&GrantEntry) -> bool) -> Result<usize, StoreError> {
     let mut n = 0;
     for g in grants(tx, Some(ns))? {
-        if principal.is_some_and(|p| p != g.principal()) || origin.is_some_and(|o| !o(g.origin())) {
+        if !which(&g) {
             continue;
         }
         for d in indexed_layers(tx, &g)? {

@@ -24,8 +24,9 @@
 #   8. public images need no secret;
 #   9. pullgate killed (SIGKILL) between PullImage and CreateContainer;
 #  10. pods stop and go;
-#  11. with `[cri] principal = "pod"`, each pod pulls for itself, and its grants go with its
-#      last sandbox;
+#  11. with `[cri] principal = "pod"`, each pod pulls for itself, a pod without a UID is refused,
+#      and its grants go with its last sandbox (or with the next removal through the front, for
+#      a pod removed around it);
 #  12. documents that containerd and pullgate would read differently are refused;
 #  13. a PullImage naming no pod is the node's: no pod runs the image on it, even with
 #      require_principal turned off;
@@ -180,8 +181,9 @@ pg() { local sub=$1; shift; "$PG_BIN" "$sub" --address "$PG/api.sock" "$@"; }
 jget() { python3 -c 'import json,sys; v=json.load(sys.stdin)
 for k in sys.argv[1].split("."): v=v[int(k)] if isinstance(v,list) else v[k]
 print(v if not isinstance(v,(dict,list)) else json.dumps(v))' "$1"; }
-# podargs POD NS: the cri client's pod arguments (its UID uid-POD, or PODUID when set).
-podargs() { printf -- '--pod\n%s:%s:%s\n--log-dir\n%s\n' "$1" "$2" "${PODUID:-uid-$1}" "$WORK/logs/$1"; }
+# podargs POD NS: the cri client's pod arguments (its UID uid-POD, or PODUID when set, even
+# to nothing).
+podargs() { printf -- '--pod\n%s:%s:%s\n--log-dir\n%s\n' "$1" "$2" "${PODUID-uid-$1}" "$WORK/logs/$1"; }
 # run_pod VIA POD NS [JSON]: RunPodSandbox; sets SID.
 run_pod() {
   local via=$1 pod=$2 ns=$3 json=${4:-'{}'} out; mapfile -t pa < <(podargs "$pod" "$ns")
@@ -756,12 +758,29 @@ PODUID=uid-web-1-later run_pod front web-1 team-p || fail "11: RunPodSandbox tea
 run_in_later() { PODUID=uid-web-1-later run_in "$@"; }
 check_refused "11: a later pod named web-1 (another UID), without its own pull, is refused" "$REFUSED team-p/web-1 \(principal \"team-p/web-1/uid-web-1-later\"\)" "$PRIVMSG" \
   run_in_later front web-1 team-p "$SID_P1L" p1l "$PRIV"
-for s in "$SID_P1" "$SID_P2" "$SID_P1L"; do front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; done
+# A pod without a UID could not be told from a later pod of its name: refused its pull and its
+# containers, and no grant is recorded for it.
+PODUID= run_pod front web-3 team-p || fail "11: RunPodSandbox team-p/web-3 (no UID)"; SID_P3=$SID
+no_uid() { PODUID= "$@"; }
+check_refused "11: a pod without a UID is refused its PullImage" "pod .{0,2}web-3.{0,2} in namespace .{0,2}team-p.{0,2} has no UID" "" \
+  no_uid pull_as web-3 team-p "$PRIV" "carol:$PW_CAROL"
+check_refused "11: and its CreateContainer" "has no UID" "$PRIVMSG" no_uid run_in front web-3 team-p "$SID_P3" p3 "$PRIV"
+check "11: no grant names team-p/web-3" not has_grant "team-p/web-3"
+# A pod removed around the front (kubelet talking to containerd itself for a while, or the
+# front unable to list the pods left) keeps its grant until the next removal through the front.
+run_pod front web-4 team-p || fail "11: RunPodSandbox team-p/web-4"; SID_P4=$SID
+check "11: team-p/web-4's PullImage with carol's secret" pull_as web-4 team-p "$PRIV" "carol:$PW_CAROL"
+direct StopPodSandbox "{\"pod_sandbox_id\":\"$SID_P4\"}" >/dev/null && direct RemovePodSandbox "{\"pod_sandbox_id\":\"$SID_P4\"}" >/dev/null \
+  || fail "11: web-4 removed straight through containerd"
+check "11: web-4's grant stays while no removal went through the front" has_grant "team-p/web-4/uid-web-4"
+for s in "$SID_P1" "$SID_P2" "$SID_P1L" "$SID_P3"; do front StopPodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$s\"}" >/dev/null 2>&1; done
 # A pod principal's grants go with its last sandbox (the documented pruning rule).
 gl=$(pg grants -n k8s.io 2>&1); rc=$?
 check "11: pullgate grants -n k8s.io works after the pods are removed (rc=$rc)" test $rc -eq 0 -a "$(head -1 <<<"$gl" | awk '{print $1}')" = NAMESPACE
 check "11: and team-p/web-1's grant was pruned with its last sandbox" not grep -q "team-p/web-1" <<<"$gl"
 check_has "11: pullgate's log says so" "pruned the grants of a pod whose last sandbox was removed" grep "team-p/web-1" "$PG/log"
+check "11: and web-4's, removed around the front, with the next removal through it" not grep -q "team-p/web-4" <<<"$gl"
+check_has "11: pullgate's log says so" "pruned the grants of a pod with no sandbox left, removed earlier" grep "team-p/web-4/uid-web-4" "$PG/log"
 log "13b. require_principal turned off for k8s.io: the node's pull still lets no pod run the image"
 # With require_principal off, a namespace-wide grant counts for every pod (doctor warns of it;
 # a pod's principal is its own, as section 11 set [cri] principal = "pod"); the node's grant

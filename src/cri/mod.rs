@@ -132,14 +132,27 @@ fn principal_of(mode: CriPrincipal, meta: Option<&cri::PodSandboxMetadata>) -> R
     let p = match mode {
         CriPrincipal::Namespace => m.namespace.clone(),
         // The pod's UID too: a later pod of the same name (a StatefulSet's, recreated) is
-        // another pod, and holds none of this one's grants.
-        CriPrincipal::Pod if m.uid.is_empty() => format!("{}/{}", m.namespace, m.name),
+        // another pod, and holds none of this one's grants. Pods without one (kubelet always
+        // sets it; other CRI clients may not) could not be told apart: refused.
+        CriPrincipal::Pod if m.uid.is_empty() => {
+            return Err(Status::invalid_argument(format!(
+                "pullgate: pod {:?} in namespace {:?} has no UID: under [cri] principal = \"pod\" a pod is its namespace, name and UID, so that a later pod of the same name holds none of its grants; give the pod a UID",
+                m.name, m.namespace
+            )));
+        }
         CriPrincipal::Pod => format!("{}/{}/{}", m.namespace, m.name, m.uid),
     };
     if !crate::snapshotter::principal_is_valid(&p) {
         return Err(Status::invalid_argument(format!("pullgate: pod {:?} in namespace {:?} makes no valid principal", m.name, m.namespace)));
     }
     Ok(p)
+}
+
+/// Whether a principal has the form `[cri] principal = "pod"` gives a pod
+/// (`namespace/name/uid`, each part non-empty).
+fn is_pod_principal(p: &str) -> bool {
+    let parts: Vec<&str> = p.split('/').collect();
+    parts.len() == 3 && parts.iter().all(|x| !x.is_empty())
 }
 
 /// The credential of a PullImage: an identity token (the refresh token of the registry's token
@@ -593,32 +606,58 @@ impl Front {
 
     /// With `principal = "pod"`, a pod's grants go with its last sandbox: once containerd has
     /// removed a sandbox and holds no other of the same pod (Kubernetes namespace, name and
-    /// UID), the grants of that principal in `k8s.io` are deleted. Pods whose status cannot be
-    /// read before the removal, or when the pods left cannot be listed, keep their grants
-    /// (logged): a later pod is another principal all the same (its UID differs).
+    /// UID), the grants of that principal in `k8s.io` are deleted. So are those of every other
+    /// pod principal (`namespace/name/uid`) with no sandbox left that were written before the
+    /// pods were listed: pods removed while pullgate could not list the rest, or around the
+    /// front, lose theirs at the next removal. Pods whose status cannot be read before the
+    /// removal, or when the pods left cannot be listed, keep their grants until then (logged):
+    /// a later pod is another principal all the same (its UID differs).
     async fn remove_pod_sandbox(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {
         let req: cri::RemovePodSandboxRequest = decode("RemovePodSandbox", &body)?;
         let status: Result<cri::PodSandboxStatusResponse, _> =
             self.call("/runtime.v1.RuntimeService/PodSandboxStatus", cri::PodSandboxStatusRequest { pod_sandbox_id: req.pod_sandbox_id.clone(), verbose: false }).await;
         let pod = status.ok().and_then(|s| s.status).and_then(|s| s.metadata);
         let resp = self.forward_unary(REMOVE_POD_SANDBOX, meta, body).await?;
-        let Some(pod) = pod.filter(|m| !m.namespace.is_empty()) else { return Ok(resp) };
-        let Ok(principal) = principal_of(self.principal, Some(&pod)) else { return Ok(resp) };
-        let left: Result<cri::ListPodSandboxResponse, _> = self.call("/runtime.v1.RuntimeService/ListPodSandbox", cri::ListPodSandboxRequest { filter: None }).await;
-        match left {
-            Ok(l) if !l.items.iter().any(|p| p.metadata.as_ref().is_some_and(|m| m.namespace == pod.namespace && m.name == pod.name && m.uid == pod.uid)) => {
-                let store = self.snap.store_arc().clone();
-                let p = principal.clone();
-                let pruned = tokio::task::spawn_blocking(move || store.write(|tx| crate::ledger::revoke(tx, CRI_NAMESPACE, Some(&p), None))).await;
-                match pruned {
-                    Ok(Ok(n)) if n > 0 => tracing::info!(%principal, grants = n, "pruned the grants of a pod whose last sandbox was removed"),
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => tracing::warn!(%principal, error = %e, "cannot prune the grants of a removed pod"),
-                    Err(e) => tracing::warn!(%principal, error = %e, "cannot prune the grants of a removed pod"),
+        let removed = pod.filter(|m| !m.namespace.is_empty()).and_then(|m| principal_of(self.principal, Some(&m)).ok());
+        let listed_at = crate::gate::now_nanos();
+        let left: cri::ListPodSandboxResponse = match self.call("/runtime.v1.RuntimeService/ListPodSandbox", cri::ListPodSandboxRequest { filter: None }).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(principal = removed.as_deref().unwrap_or(""), error = %e, "cannot list the pods left; the grants of removed pods stay until the next removal");
+                return Ok(resp);
+            }
+        };
+        let live: std::collections::HashSet<String> =
+            left.items.iter().filter_map(|p| p.metadata.as_ref()).map(|m| format!("{}/{}/{}", m.namespace, m.name, m.uid)).collect();
+        let pruned = std::sync::Mutex::new(std::collections::BTreeSet::new());
+        let store = self.snap.store_arc().clone();
+        let own = removed.clone();
+        let swept = tokio::task::spawn_blocking(move || {
+            store.write(|tx| {
+                crate::ledger::revoke_where(tx, CRI_NAMESPACE, &|g| {
+                    let p = g.principal();
+                    let gone = is_pod_principal(p) && !live.contains(p) && (own.as_deref() == Some(p) || g.grant.verified_at < listed_at);
+                    if gone {
+                        pruned.lock().unwrap_or_else(|e| e.into_inner()).insert(p.to_string());
+                    }
+                    gone
+                })
+            })
+            .map(|n| (n, pruned.into_inner().unwrap_or_else(|e| e.into_inner())))
+        })
+        .await;
+        match swept {
+            Ok(Ok((n, principals))) if n > 0 => {
+                for p in principals {
+                    match removed.as_deref() == Some(p.as_str()) {
+                        true => tracing::info!(principal = %p, "pruned the grants of a pod whose last sandbox was removed"),
+                        false => tracing::info!(principal = %p, "pruned the grants of a pod with no sandbox left, removed earlier"),
+                    }
                 }
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(%principal, error = %e, "cannot list the pods left; the removed pod's grants stay"),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(principal = removed.as_deref().unwrap_or(""), error = %e, "cannot prune the grants of removed pods"),
+            Err(e) => tracing::warn!(principal = removed.as_deref().unwrap_or(""), error = %e, "cannot prune the grants of removed pods"),
         }
         Ok(resp)
     }
@@ -905,7 +944,10 @@ mod tests {
         assert_eq!(recorded(&format!("reg.io:5000/team/app:v1@{d}")), Some(format!("reg.io:5000/team/app@{d}")));
         assert_eq!(recorded("reg.io:5000/team/app:v1").as_deref(), Some("reg.io:5000/team/app:v1"));
         assert_eq!(recorded("reg.io:5000/Team/app"), None);
-        assert_eq!(principal_of(CriPrincipal::Pod, Some(&no_uid)).unwrap(), "team-a/web-0");
+        assert!(is_pod_principal("team-a/web-0/u") && !is_pod_principal("team-a") && !is_pod_principal("team-a//u") && !is_pod_principal("@node"));
+        let e = principal_of(CriPrincipal::Pod, Some(&no_uid)).unwrap_err();
+        assert!(e.code() == tonic::Code::InvalidArgument && e.message().contains("has no UID"), "{e:?}");
+        assert_eq!(principal_of(CriPrincipal::Namespace, Some(&no_uid)).unwrap(), "team-a");
         assert_eq!(principal_of(CriPrincipal::Pod, None).unwrap(), "");
         let user_of = |a: &cri::AuthConfig| match credential_of(Some(a)) {
             Ok(Some(Credential::Password { user, .. })) => user,
