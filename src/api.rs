@@ -184,7 +184,7 @@ impl Api {
                 Some(d) => ledger::manifest(tx, d)?.map(|m| vec![(d.clone(), m)]).unwrap_or_default(),
                 None => ledger::manifests_named(tx, &self.origins_of(&reference), &reference.image_name())?,
             };
-            let found = self.own_or_public(tx, &subject, found)?;
+            let found = self.own_or_public(tx, &subject, &self.origins_of(&reference), found)?;
             let chains: Vec<ChainInfo> = if found.is_empty() {
                 // Nothing under that name the requester verified, nor a public image: the same
                 // answer whether another tenant pulled it privately or nobody did.
@@ -245,10 +245,17 @@ impl Api {
     }
 
     /// The manifests among `found` that `check` may decide for `s`: those a grant of its own
-    /// (or a namespace-wide one, where principals are not required) names, and those whose
-    /// every layer is public. What other tenants pulled privately stays out of the answer, so
-    /// that `check` tells nobody what others run.
-    fn own_or_public(&self, tx: &impl crate::metastore::LedgerRead, s: &Subject, found: Vec<(String, ledger::ManifestRec)>) -> std::result::Result<Vec<(String, ledger::ManifestRec)>, StoreError> {
+    /// (or a namespace-wide one, where principals are not required) names, and public ones:
+    /// served without a credential at one of the name's `origins`, every layer public. What
+    /// other tenants pulled privately stays out of the answer (even when each of its layers is
+    /// public elsewhere), so that `check` tells nobody what others run.
+    fn own_or_public(
+        &self,
+        tx: &impl crate::metastore::LedgerRead,
+        s: &Subject,
+        origins: &[String],
+        found: Vec<(String, ledger::ManifestRec)>,
+    ) -> std::result::Result<Vec<(String, ledger::ManifestRec)>, StoreError> {
         if found.is_empty() {
             return Ok(found);
         }
@@ -261,7 +268,7 @@ impl Api {
         }
         let mut out = Vec::new();
         for (d, m) in found {
-            let mut public = true;
+            let mut public = ledger::manifest_served_anonymously(tx, &d, origins)?;
             for l in &m.diff_ids {
                 public = public && ledger::layer(tx, l)?.is_some_and(|r| r.public);
             }

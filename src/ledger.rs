@@ -267,6 +267,27 @@ pub fn record_blob(tx: &mut WriteTx, digest: &str, origin: &str, identity: &str,
     tx.put_val(Collection::BlobOrigins, &k, &rec)
 }
 
+/// Records that `origin` served the manifest `digest` without a credential (an anonymous pull
+/// or verify of it there), among its blob origins; writes only when that was not known yet.
+/// What `pullgate check` takes as a public image: a manifest whose layers are public but that
+/// only a credential fetched is another tenant's image all the same.
+pub fn record_manifest_served_anonymously(tx: &mut WriteTx, digest: &str, origin: &str, now: i64) -> Result<(), StoreError> {
+    match blob_origin(tx, digest, origin)? {
+        Some(o) if o.identities.contains(ANONYMOUS) => Ok(()),
+        _ => record_blob(tx, digest, origin, ANONYMOUS, now),
+    }
+}
+
+/// Whether one of `origins` served the manifest `digest` without a credential.
+pub fn manifest_served_anonymously(tx: &impl LedgerRead, digest: &str, origins: &[String]) -> Result<bool, StoreError> {
+    for o in origins {
+        if blob_origin(tx, digest, o)?.is_some_and(|o| o.identities.contains(ANONYMOUS)) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The layer ID pullgate computed from the blob's bytes, if it has.
 pub fn pairing(tx: &impl LedgerRead, blob: &str) -> Result<Option<String>, StoreError> {
     tx.get_val(Collection::Pairings, blob)
@@ -497,6 +518,17 @@ pub fn upgrade(tx: &mut WriteTx) -> Result<(), StoreError> {
         }
         Ok(())
     })?;
+    // Every manifest an anonymous grant names was served anonymously at the grant's origin: at
+    // every start, as grants written before that was recorded (or by an earlier version, a
+    // rollback) are its only trace. Writes only what is missing.
+    for (k, g) in tx.scan::<Grant>(Collection::Grants, "")? {
+        if g.identity == ANONYMOUS {
+            if let [_, _, origin, manifest] = split_key(&k)[..] {
+                let (origin, manifest) = (origin.to_string(), manifest.to_string());
+                record_manifest_served_anonymously(tx, &manifest, &origin, g.verified_at)?;
+            }
+        }
+    }
     // Every name a manifest's record holds, in the table look-ups by name read: at every start,
     // as an earlier version (a rollback) records names in the manifest's record only. Writes
     // only the entries missing.
@@ -946,6 +978,33 @@ mod tests {
         s.read(|tx| -> Result<(), StoreError> {
             assert_eq!(layer(tx, &d('a'))?.unwrap().blobs, BTreeSet::from([d('A')]));
             assert_eq!(layer(tx, &d('b'))?.unwrap().blobs, BTreeSet::from([d('B')]));
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_manifest_is_served_anonymously_only_where_an_anonymous_pull_fetched_it() {
+        let (_d, s) = store();
+        let (public, private) = ("reg/public/app".to_string(), "reg/private/app".to_string());
+        s.write(|tx| {
+            record_manifest_served_anonymously(tx, &d('m'), &public, 5)?;
+            // Again: nothing rewritten (the first moment stays).
+            record_manifest_served_anonymously(tx, &d('m'), &public, 9)?;
+            assert_eq!(blob_origin(tx, &d('m'), &public)?.map(|o| o.last), Some(5));
+            // A grant with a credential says nothing of the manifest being public; one written
+            // anonymously before the manifest's fetch was recorded is found at the next start.
+            put_grant(tx, "A", "", &private, &d('n'), "hmac-sha256:alice", 1)?;
+            put_grant(tx, "B", "", &private, &d('o'), ANONYMOUS, 2)?;
+            upgrade(tx)?;
+            Ok::<_, StoreError>(())
+        })
+        .unwrap();
+        s.read(|tx| -> Result<(), StoreError> {
+            assert!(manifest_served_anonymously(tx, &d('m'), std::slice::from_ref(&public))?);
+            assert!(!manifest_served_anonymously(tx, &d('m'), std::slice::from_ref(&private))?);
+            assert!(!manifest_served_anonymously(tx, &d('n'), std::slice::from_ref(&private))?);
+            assert!(manifest_served_anonymously(tx, &d('o'), &[public.clone(), private.clone()])?);
             Ok(())
         })
         .unwrap();

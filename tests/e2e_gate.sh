@@ -647,8 +647,17 @@ alike() {
   c=$(sed -E 's/@sha256:[0-9a-f]+(… \([0-9]+ bytes\))?/@DIGEST/g' <<<"$c"); d=$(sed -E 's/@sha256:[0-9a-f]+(… \([0-9]+ bytes\))?/@DIGEST/g' <<<"$d")
   check "$1: by digest, the same answer but for the digest asked (rc $rc, $rd: $(shown 160 "$c"))" \
     bash -c '[ "$0" -eq 3 ] && [ "$1" -eq 3 ] && [ "$2" = "$3" ] && [[ "$2" == denied:*@DIGEST* ]]' "$rc" "$rd" "$c" "$d"
+  # A's private name of an image whose every layer is public (section 7's dup, verified public
+  # at its own public name): still A's, answered as a name nobody pulled.
+  a=$(pg check -n Z8 "$REG_h/private/dup:v1" 2>&1); ra=$?
+  check "$1: a private name of public layers, the same answer (rc $ra, $rb: $(shown 160 "$a"))" \
+    bash -c '[ "$0" -eq 3 ] && [ "$1" -eq 3 ] && [ "${2//"$4"/IMG}" = "${3//"$5"/IMG}" ]' "$ra" "$rb" "$a" "$b" "$REG_h/private/dup:v1" "$NOBODY"
 }
 check_out "A, which pulled it, is answered allowed" allowed pg check -n A "$HPRIV"
+# (Section 7's verify at the public name was of the name pinned to its manifest: the record's
+# name is that one.)
+DUP_MD=$(pg inspect "$REG_h/private/dup:v1" | awk '/^manifest /{print $2; exit}')
+check_out "the public name of those public layers, its manifest served without a credential, is answered allowed" allowed pg check -n Z8 "$REG_pub/public/dup@$DUP_MD"
 alike "default policy"
 restart_pullgate $'[policy]\nverification = "AlwaysVerify"' || exit 1
 alike "AlwaysVerify"

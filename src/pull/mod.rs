@@ -1062,6 +1062,9 @@ impl Puller {
                     ledger::record_blob(tx, d, &origin, &identity, now)?;
                 }
                 ledger::record_manifest(tx, &manifest, &rec)?;
+                if identity == ANONYMOUS {
+                    ledger::record_manifest_served_anonymously(tx, &manifest, &origin, now)?;
+                }
                 for d in &public {
                     ledger::mark_public(tx, d)?;
                 }
