@@ -180,11 +180,15 @@ impl Api {
         let reference = Reference::parse(&r.reference)?;
         let subject = Subject { namespace: &r.namespace, principal: &r.principal };
         let decision = self.puller.snap.store().read(|tx| -> std::result::Result<_, StoreError> {
+            // What the requester holds is read first, whatever the name: the time an answer
+            // takes then does not grow with the requester's own grants only where another
+            // tenant pulled the name.
+            let granted = self.granted_to(tx, &subject)?;
             let found = match &reference.digest {
                 Some(d) => ledger::manifest(tx, d)?.map(|m| vec![(d.clone(), m)]).unwrap_or_default(),
                 None => ledger::manifests_named(tx, &self.origins_of(&reference), &reference.image_name())?,
             };
-            let found = self.own_or_public(tx, &subject, &self.origins_of(&reference), found)?;
+            let found = self.own_or_public(tx, &granted, &self.origins_of(&reference), found)?;
             let chains: Vec<ChainInfo> = if found.is_empty() {
                 // Nothing under that name the requester verified, nor a public image: the same
                 // answer whether another tenant pulled it privately or nobody did.
@@ -244,21 +248,39 @@ impl Api {
         Ok(())
     }
 
-    /// The manifests among `found` that `check` may decide for `s`: those a grant of its own
-    /// (or a namespace-wide one, where principals are not required) names, and public ones:
+    /// The manifests among `found` that `check` may decide: those the requester holds
+    /// (`granted`, from [`Self::granted_to`]), and public ones:
     /// served without a credential at one of the name's `origins`, every layer public. What
     /// other tenants pulled privately stays out of the answer (even when each of its layers is
     /// public elsewhere), so that `check` tells nobody what others run.
     fn own_or_public(
         &self,
         tx: &impl crate::metastore::LedgerRead,
-        s: &Subject,
+        granted: &std::collections::HashSet<String>,
         origins: &[String],
         found: Vec<(String, ledger::ManifestRec)>,
     ) -> std::result::Result<Vec<(String, ledger::ManifestRec)>, StoreError> {
-        if found.is_empty() {
-            return Ok(found);
+        let mut out = Vec::new();
+        for (d, m) in found {
+            if granted.contains(&d) {
+                out.push((d, m));
+                continue;
+            }
+            let mut public = ledger::manifest_served_anonymously(tx, &d, origins)?;
+            for l in &m.diff_ids {
+                public = public && ledger::layer(tx, l)?.is_some_and(|r| r.public);
+            }
+            if public {
+                out.push((d, m));
+            }
         }
+        Ok(out)
+    }
+
+    /// The manifests `s` holds for `check`: named by a grant of its own (or a namespace-wide
+    /// one, where principals are not required), or marked preloaded in its namespace where that
+    /// policy counts marks.
+    fn granted_to(&self, tx: &impl crate::metastore::LedgerRead, s: &Subject) -> std::result::Result<std::collections::HashSet<String>, StoreError> {
         let mut granted: std::collections::HashSet<String> = ledger::grants_of(tx, s.namespace, s.principal)?.iter().map(|g| g.manifest().to_string()).collect();
         if !s.principal.is_empty() && !self.gate.cfg.require_principal.contains(s.namespace) {
             granted.extend(ledger::grants_of(tx, s.namespace, "")?.iter().map(|g| g.manifest().to_string()));
@@ -266,17 +288,7 @@ impl Api {
         if self.gate.cfg.policy == crate::gate::Policy::NeverVerifyPreloadedImages {
             granted.extend(ledger::preloads(tx, Some(s.namespace))?.into_iter().map(|e| e.manifest));
         }
-        let mut out = Vec::new();
-        for (d, m) in found {
-            let mut public = ledger::manifest_served_anonymously(tx, &d, origins)?;
-            for l in &m.diff_ids {
-                public = public && ledger::layer(tx, l)?.is_some_and(|r| r.public);
-            }
-            if public || granted.contains(&d) {
-                out.push((d, m));
-            }
-        }
-        Ok(out)
+        Ok(granted)
     }
 
     /// What pullgate recorded about `target` (a reference, or a manifest, layer or blob

@@ -694,12 +694,30 @@ fn with_secrets_hidden(text: &str) -> Option<String> {
         at = r.end;
     }
     out.push_str(text.get(at..)?);
-    Some(out)
+    Some(out.split_inclusive('\n').map(|l| match l.strip_suffix('\n') {
+        Some(l) => hide_commented_secret(l) + "\n",
+        None => hide_commented_secret(l),
+    }).collect())
 }
 
+/// Keys folded as Go folds them (`ſ` is `s`, the Kelvin sign `k`): containerd's TOML readers
+/// match a key to a field that way.
 fn is_secret_key(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    k == "auth" || k == "headers" || ["password", "token", "secret", "passphrase", "authorization"].iter().any(|s| k.contains(s))
+    let k = crate::document::fold(key);
+    k == "AUTH" || k == "HEADERS" || ["PASSWORD", "TOKEN", "SECRET", "PASSPHRASE", "AUTHORIZATION"].iter().any(|s| k.contains(s))
+}
+
+/// A comment line that reads as a credential (`# password = "old"`, a key commented out), with
+/// the value hidden; other lines as they are.
+fn hide_commented_secret(line: &str) -> String {
+    let Some((before, comment)) = line.split_once('#') else { return line.to_string() };
+    if !before.trim().is_empty() {
+        return line.to_string();
+    }
+    match comment.split_once('=') {
+        Some((key, _)) if is_secret_key(key.trim().trim_matches(|c| c == '"' || c == '\'')) => format!("{before}#{key}= <hidden>"),
+        _ => line.to_string(),
+    }
 }
 
 /// The spans of the values to hide in a table (`all`: under a secret key, every value).
@@ -710,13 +728,7 @@ fn secret_spans(table: &dyn TableLike, all: bool, spans: &mut Vec<std::ops::Rang
         match item {
             Item::Value(v) if secret => spans.push(v.span()?),
             Item::Value(Value::InlineTable(t)) => secret_spans(t, false, spans)?,
-            Item::Value(Value::Array(a)) => {
-                for v in a.iter() {
-                    if let Value::InlineTable(t) = v {
-                        secret_spans(t, false, spans)?;
-                    }
-                }
-            }
+            Item::Value(Value::Array(a)) => array_secret_spans(a, spans)?,
             Item::Value(_) | Item::None => {}
             Item::Table(t) => secret_spans(t, secret, spans)?,
             Item::ArrayOfTables(a) => {
@@ -724,6 +736,18 @@ fn secret_spans(table: &dyn TableLike, all: bool, spans: &mut Vec<std::ops::Rang
                     secret_spans(t, secret, spans)?;
                 }
             }
+        }
+    }
+    Some(())
+}
+
+/// The spans to hide in the inline tables of an array, arrays within it included.
+fn array_secret_spans(a: &toml_edit::Array, spans: &mut Vec<std::ops::Range<usize>>) -> Option<()> {
+    for v in a.iter() {
+        match v {
+            Value::InlineTable(t) => secret_spans(t, false, spans)?,
+            Value::Array(a) => array_secret_spans(a, spans)?,
+            _ => {}
         }
     }
     Some(())
@@ -1348,6 +1372,11 @@ s3cret-header-two"""]
             assert!(h.contains(kept), "{kept}: {h}");
         }
         assert_eq!(with_secrets_hidden("[a\npassword = 'x'"), None);
+        // Keys as containerd's readers fold them, commented-out credentials, nested arrays.
+        let odd = "\"pa\u{17f}\u{17f}word\" = 's3cret-fold'\n\"identityto\u{212a}en\" = 's3cret-kelvin'\n  # password = \"s3cret-old\"\n#auth='s3cret-c'\nx = [[{ token = 's3cret-nested' }]]\n# a comment = kept\n";
+        let h = hidden(odd);
+        assert!(!h.contains("s3cret"), "{h}");
+        assert!(h.contains("  # password = <hidden>\n") && h.contains("# a comment = kept\n"), "{h}");
         // A plan's diff shows the change with the credentials hidden on both sides.
         let plan = Plan { file: "/etc/containerd/config.toml".into(), before: Some(text.as_bytes().to_vec()), after: format!("{text}[proxy_plugins.pullgate]\n") };
         let d = plan.diff();

@@ -223,7 +223,7 @@ impl Shape {
 /// upper case, and the only other runes whose orbit holds an ASCII letter are U+017F (`s`) and
 /// U+212A (`k`) (checked against Go 1.26's encoding/json over every rune). Any other rune stays
 /// itself, and so never equals a field's fold.
-fn fold(key: &str) -> String {
+pub(crate) fn fold(key: &str) -> String {
     key.chars()
         .map(|c| match c {
             '\u{017F}' => 'S',

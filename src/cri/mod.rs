@@ -148,6 +148,12 @@ fn principal_of(mode: CriPrincipal, meta: Option<&cri::PodSandboxMetadata>) -> R
     Ok(p)
 }
 
+/// How many times CreateContainer reads an image's names (ImageStatus) when the name containerd
+/// builds the container from moved meanwhile, and the wait before each further read (times the
+/// reads so far).
+const FRESH_READS: u32 = 3;
+const FRESH_READ_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Whether a principal has the form `[cri] principal = "pod"` gives a pod
 /// (`namespace/name/uid`, each part non-empty).
 fn is_pod_principal(p: &str) -> bool {
@@ -485,11 +491,6 @@ impl Front {
             return Err(undecidable(shown, "it names a file on the node, which containerd restores from as a checkpoint archive; not supported through pullgate"));
         }
         let requested = as_cri_names(&spec.image).map(|r| r.image_name());
-        let st: cri::ImageStatusResponse = self.call("/runtime.v1.ImageService/ImageStatus", cri::ImageStatusRequest { image: Some(spec), verbose: false }).await?;
-        let undecidable = |why: &str| undecidable(shown, why);
-        let Some(image) = st.image.filter(|i| crate::reference::is_digest(&i.id)) else {
-            return Err(undecidable("it is not an image on the node (pull it first; restoring from a checkpoint archive is not supported through pullgate)"));
-        };
         // containerd's own API on the connection the front already holds to its socket.
         let cd = pull::containerd::Containerd::on(self.upstream.clone(), CRI_NAMESPACE);
         let counted = Counted::default();
@@ -510,43 +511,65 @@ impl Front {
         // however many names other tenants gave the image.
         // A name in the request (a client other than kubelet, an image volume) is resolved by
         // containerd as given: it must be this image too.
-        let looked = names::to_look_up(image.repo_tags.iter().chain(&image.repo_digests), asked);
-        let must = [looked.first().copied(), requested.as_deref(), Some(image.id.as_str())];
-        let mut checked: HashMap<String, bool> = HashMap::new();
-        let mut out = Vec::new();
-        for name in looked.iter().copied().chain(requested.as_deref()).chain(std::iter::once(image.id.as_str())) {
-            counted.call(0);
-            let Some(t) = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))? else {
-                if must.contains(&Some(name)) {
-                    // containerd would not find the image it builds the container from either.
-                    tracing::warn!(image = %shown, %name, id = %image.id, "CRI CreateContainer: a name of the image has no image record");
-                    return Err(undecidable("the name containerd builds it from has no image record; retry"));
-                }
-                continue;
+        // A must-name that moved while it was read (a tenant re-pointing a tag of its own that
+        // sorts first) is read again from a fresh ImageStatus, a moment later each time, before
+        // the container is refused: CRI's list of names lags behind the move until containerd's
+        // image event reaches it.
+        let undecidable = |why: &str| undecidable(shown, why);
+        let mut attempts: u32 = 0;
+        let (image, mut out) = 'fresh: loop {
+            attempts += 1;
+            let st: cri::ImageStatusResponse = self.call("/runtime.v1.ImageService/ImageStatus", cri::ImageStatusRequest { image: Some(spec.clone()), verbose: false }).await?;
+            let Some(image) = st.image.filter(|i| crate::reference::is_digest(&i.id)) else {
+                return Err(undecidable("it is not an image on the node (pull it first; restoring from a checkpoint archive is not supported through pullgate)"));
             };
-            let this_image = match checked.get(&t.digest) {
-                // The names of one image mostly share their target: each is read and checked once.
-                Some(ok) => *ok,
-                None => {
-                    let target = read(&t.digest).await?;
-                    Self::refuse_checkpoint(&target, &t.media_type, shown)?;
-                    let ok = self.configs_for_platform(&target, &t.media_type, shown, &read).await?.iter().all(|c| *c == image.id);
-                    checked.insert(t.digest.clone(), ok);
-                    ok
+            let looked = names::to_look_up(image.repo_tags.iter().chain(&image.repo_digests), asked);
+            let must = [looked.first().copied(), requested.as_deref(), Some(image.id.as_str())];
+            let mut checked: HashMap<String, bool> = HashMap::new();
+            let mut out = Vec::new();
+            for name in looked.iter().copied().chain(requested.as_deref()).chain(std::iter::once(image.id.as_str())) {
+                counted.call(0);
+                let Some(t) = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))? else {
+                    if must.contains(&Some(name)) {
+                        // containerd would not find the image it builds the container from either.
+                        tracing::warn!(image = %shown, %name, id = %image.id, attempts, "CRI CreateContainer: a name of the image has no image record");
+                        if attempts < FRESH_READS {
+                            tokio::time::sleep(FRESH_READ_WAIT * attempts).await;
+                            continue 'fresh;
+                        }
+                        return Err(undecidable("the name containerd builds it from has no image record; retry"));
+                    }
+                    continue;
+                };
+                let this_image = match checked.get(&t.digest) {
+                    // The names of one image mostly share their target: each is read and checked once.
+                    Some(ok) => *ok,
+                    None => {
+                        let target = read(&t.digest).await?;
+                        Self::refuse_checkpoint(&target, &t.media_type, shown)?;
+                        let ok = self.configs_for_platform(&target, &t.media_type, shown, &read).await?.iter().all(|c| *c == image.id);
+                        checked.insert(t.digest.clone(), ok);
+                        ok
+                    }
+                };
+                if !this_image {
+                    // Other names of the image may be other tenants' repositories: logged only.
+                    tracing::warn!(image = %shown, %name, id = %image.id, "CRI CreateContainer: a name of the image now names another image");
+                    if must.contains(&Some(name)) {
+                        if attempts < FRESH_READS {
+                            tokio::time::sleep(FRESH_READ_WAIT * attempts).await;
+                            continue 'fresh;
+                        }
+                        return Err(undecidable("the name containerd builds it from now names another image; retry"));
+                    }
+                    continue;
                 }
-            };
-            if !this_image {
-                // Other names of the image may be other tenants' repositories: logged only.
-                tracing::warn!(image = %shown, %name, id = %image.id, "CRI CreateContainer: a name of the image now names another image");
-                if must.contains(&Some(name)) {
-                    return Err(undecidable("the name containerd builds it from now names another image; retry"));
+                if name != image.id && !out.iter().any(|(n, _)| n == name) {
+                    out.push((name.to_string(), t.digest.clone()));
                 }
-                continue;
             }
-            if name != image.id && !out.iter().any(|(n, _)| n == name) {
-                out.push((name.to_string(), t.digest.clone()));
-            }
-        }
+            break (image, out);
+        };
         let bytes = read(&image.id).await?;
         let config = crate::document::config(&bytes).map_err(|e| Status::failed_precondition(format!("pullgate: image config {}: {e}", image.id)))?;
         // Pinned names (`repo@digest`) say where to ask whether the image is public without
