@@ -184,11 +184,12 @@ impl Api {
             // takes then does not grow with the requester's own grants only where another
             // tenant pulled the name.
             let granted = self.granted_to(tx, &subject)?;
+            let origins = self.origins_of(&reference);
             let found = match &reference.digest {
                 Some(d) => ledger::manifest(tx, d)?.map(|m| vec![(d.clone(), m)]).unwrap_or_default(),
-                None => ledger::manifests_named(tx, &self.origins_of(&reference), &reference.image_name())?,
+                None => ledger::manifests_named(tx, &origins, &reference.image_name())?,
             };
-            let found = self.own_or_public(tx, &granted, &self.origins_of(&reference), found)?;
+            let found = self.own_or_public(tx, &granted, &origins, found)?;
             let chains: Vec<ChainInfo> = if found.is_empty() {
                 // Nothing under that name the requester verified, nor a public image: the same
                 // answer whether another tenant pulled it privately or nobody did.

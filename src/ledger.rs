@@ -272,20 +272,25 @@ pub fn record_blob(tx: &mut WriteTx, digest: &str, origin: &str, identity: &str,
 /// What `pullgate check` takes as a public image: a manifest whose layers are public but that
 /// only a credential fetched is another tenant's image all the same.
 pub fn record_manifest_served_anonymously(tx: &mut WriteTx, digest: &str, origin: &str, now: i64) -> Result<(), StoreError> {
-    match blob_origin(tx, digest, origin)? {
-        Some(o) if o.identities.contains(ANONYMOUS) => Ok(()),
-        _ => record_blob(tx, digest, origin, ANONYMOUS, now),
+    match served_anonymously_at(tx, digest, origin)? {
+        true => Ok(()),
+        false => record_blob(tx, digest, origin, ANONYMOUS, now),
     }
 }
 
 /// Whether one of `origins` served the manifest `digest` without a credential.
 pub fn manifest_served_anonymously(tx: &impl LedgerRead, digest: &str, origins: &[String]) -> Result<bool, StoreError> {
     for o in origins {
-        if blob_origin(tx, digest, o)?.is_some_and(|o| o.identities.contains(ANONYMOUS)) {
+        if served_anonymously_at(tx, digest, o)? {
             return Ok(true);
         }
     }
     Ok(false)
+}
+
+/// Whether `origin` served the bytes of `digest` without a credential.
+fn served_anonymously_at(tx: &impl LedgerRead, digest: &str, origin: &str) -> Result<bool, StoreError> {
+    Ok(blob_origin(tx, digest, origin)?.is_some_and(|o| o.identities.contains(ANONYMOUS)))
 }
 
 /// The layer ID pullgate computed from the blob's bytes, if it has.
