@@ -13,7 +13,8 @@
 #   - of a public image, through the front and straight to containerd's CRI, with the image's
 #     own names and then with 5,000 more names on it (what a tenant's pulls of the same manifest
 #     under names of its own leave): the time, the containerd calls the front's decision made
-#     (counted by pullgate), and the ratios.
+#     (counted by pullgate), and the ratios;
+#   - a whole pod start of the public image as kubelet makes one, through the front and straight.
 # Time per call (the CRI client's process included) and bytes served by the registry and its
 # token server. The image is private (token-auth registry), 6 layers of 20 MB plus a base.
 # Usage: sudo bench/cri.sh [VERSION]   (REPS overrides the repetitions)
@@ -106,6 +107,27 @@ k0=$(counted)
 cf=$(creates front team-pub "$sidd" "$PUBIMG" pubf)
 calls0=$(per_call "$k0" "$(counted)")
 cd_=$(creates direct team-pub "$sidd" "$PUBIMG" pubd)
+# podstarts VIA: REPS whole pod starts of the public image via VIA, as kubelet makes one:
+# RunPodSandbox, ImageStatus of the container's image, CreateContainer, StartContainer (each pod
+# removed after, untimed); prints the times.
+podstarts() {
+  local sid out cid t0 times="" ok
+  for rep in $(seq 1 "$REPS"); do
+    local pod="app:team-start:uid-start-$1-$rep"
+    t0=$EPOCHREALTIME; ok=1
+    sid=$("$1" --pod "$pod" RunPodSandbox '{}' | sed -n 's/.*"pod_sandbox_id":"\([0-9a-f]*\)".*/\1/p')
+    "$1" ImageStatus "{\"image\":{\"image\":\"$PUBIMG\"}}" >/dev/null || ok=0
+    out=$("$1" --pod "$pod" CreateContainer "{\"pod_sandbox_id\":\"$sid\",\"config\":{\"metadata\":{\"name\":\"c\"},\"image\":{\"image\":\"$PUBIMG\"},\"command\":[\"/bin/sh\",\"-c\",\"sleep 60\"],\"log_path\":\"c.log\"}}" 2>&1) || ok=0
+    cid=$(sed -n 's/.*"container_id":"\([0-9a-f]*\)".*/\1/p' <<<"$out")
+    "$1" StartContainer "{\"container_id\":\"$cid\"}" >/dev/null || ok=0
+    times+="$(elapsed "$t0" "$EPOCHREALTIME") "
+    [ "$ok" = 1 ] && [ -n "$sid" ] || echo "pod start via $1 failed: $out" >&2
+    direct StopPodSandbox "{\"pod_sandbox_id\":\"$sid\"}" >/dev/null 2>&1; direct RemovePodSandbox "{\"pod_sandbox_id\":\"$sid\"}" >/dev/null 2>&1
+  done
+  echo "$times"
+}
+psf=$(podstarts front)
+psd=$(podstarts direct)
 # statuses: REPS ImageStatus calls of the public image straight to containerd's CRI (kubelet
 # makes one before each CreateContainer, and the front one in deciding it).
 statuses() { local t0 times=""; for _ in $(seq 1 "$REPS"); do t0=$EPOCHREALTIME; direct ImageStatus "{\"image\":{\"image\":\"$PUBIMG\"}}" >/dev/null; times+="$(elapsed "$t0" "$EPOCHREALTIME") "; done; echo "$times"; }
@@ -128,9 +150,11 @@ printf '|%s|%s|%s|\n' "---------------------------------------------------------
 printf '| %-62s | %7.3f s | %9s |\n' "private image (a grant), its own names" "$(med "$cp")" "refused"
 printf '| %-62s | %7.3f s | %7.3f s |\n' "public image, its own names" "$(med "$cf")" "$(med "$cd_")"
 printf '| %-62s | %7.3f s | %7.3f s |\n' "public image, 5,000 more names" "$(med "$cf5")" "$(med "$cd5")"
+printf '| %-62s | %7.3f s | %7.3f s |\n' "a whole pod start of the public image, its own names" "$(med "$psf")" "$(med "$psd")"
 printf '| %-62s | %9s | %7.3f s |\n' "ImageStatus of the public image, its own names" "" "$(med "$st0")"
 printf '| %-62s | %9s | %7.3f s |\n' "ImageStatus of the public image, 5,000 more names" "" "$(med "$st5")"
 printf 'containerd calls and bytes read per CreateContainer decision (pullgate_containerd_*{purpose="create_container"}):\n  its own names: %s\n  5,000 more:    %s\n' "$calls0" "$calls5"
 ratio() { echo "$(med "$1") / $(med "$2")" | bc -l; }
 printf 'CreateContainer with 5,000 names / with its own: through the front %.2f (target: at most 1.2), containerd alone %.2f\n' "$(ratio "$cf5" "$cf")" "$(ratio "$cd5" "$cd_")"
 printf 'CreateContainer, front / straight: its own names %.2f (target: at most 1.2), 5,000 names %.2f\n' "$(ratio "$cf" "$cd_")" "$(ratio "$cf5" "$cd5")"
+printf 'A whole pod start (RunPodSandbox, ImageStatus, CreateContainer, StartContainer), front / straight: %.2f (target: at most 1.2)\n' "$(ratio "$psf" "$psd")"

@@ -473,11 +473,17 @@ impl Containerd {
 
     /// Which of `digests` the namespace's content store has, in one List call.
     pub async fn present(&self, digests: &[&str]) -> Result<std::collections::HashSet<String>> {
+        Ok(self.present_labelled(digests).await?.into_keys().collect())
+    }
+
+    /// Which of `digests` the namespace's content store holds, each with its labels, in one
+    /// List call.
+    pub async fn present_labelled(&self, digests: &[&str]) -> Result<HashMap<String, HashMap<String, String>>> {
         if digests.is_empty() {
             // (No filter would list every blob of the namespace.)
             return Ok(Default::default());
         }
-        Ok(self.list_content(digests.iter().map(|d| format!("digest=={d}")).collect()).await?.into_iter().collect())
+        Ok(self.list_content_info(digests.iter().map(|d| format!("digest=={d}")).collect()).await?.into_iter().map(|i| (i.digest, i.labels)).collect())
     }
 
     /// Every blob of the namespace's content store.
@@ -487,6 +493,11 @@ impl Containerd {
 
     /// The digests of the namespace's blobs that match one of `filters` (all without one).
     async fn list_content(&self, filters: Vec<String>) -> Result<Vec<String>> {
+        Ok(self.list_content_info(filters).await?.into_iter().map(|i| i.digest).collect())
+    }
+
+    /// The namespace's blobs that match one of `filters`, as containerd describes them.
+    async fn list_content_info(&self, filters: Vec<String>) -> Result<Vec<containerd_client::services::v1::Info>> {
         let mut stream = ContentClient::new(self.channel.clone())
             .list(self.req(ListContentRequest { filters }))
             .await
@@ -494,7 +505,7 @@ impl Containerd {
             .into_inner();
         let mut out = Vec::new();
         while let Some(batch) = stream.next().await {
-            out.extend(batch.map_err(err("list content"))?.info.into_iter().map(|i| i.digest));
+            out.extend(batch.map_err(err("list content"))?.info);
         }
         Ok(out)
     }
@@ -628,7 +639,21 @@ impl Containerd {
 
     /// Creates or updates image record `name` pointing at `target`, with `labels` set (other
     /// labels of an existing record are kept).
+    /// A record that already points at `target` with `labels` is left as it is (no write), as
+    /// containerd's CRI leaves it.
     pub async fn put_image(&self, name: &str, target: Descriptor, labels: HashMap<String, String>) -> Result<()> {
+        let req = containerd_client::services::v1::GetImageRequest { name: name.to_string() };
+        match ImagesClient::new(self.channel.clone()).get(self.req(req)).await {
+            Ok(r) => {
+                if let Some(old) = r.into_inner().image {
+                    if old.target.as_ref() == Some(&target) && labels.iter().all(|(k, v)| old.labels.get(k) == Some(v)) {
+                        return Ok(());
+                    }
+                }
+            }
+            Err(s) if s.code() == Code::NotFound => {}
+            Err(s) => return Err(err(format!("get image {name}"))(s)),
+        }
         let mut paths = vec!["target".to_string()];
         paths.extend(labels.keys().map(|k| format!("labels.{k}")));
         let image = Image { name: name.to_string(), target: Some(target), labels, ..Default::default() };

@@ -555,7 +555,7 @@ impl Puller {
         let (present, recorded) = tokio::join!(
             async {
                 match got.present_later {
-                    true => cd.present(&image.digests()).await.map(Some),
+                    true => cd.present_labelled(&image.digests()).await.map(Some),
                     false => Ok(None),
                 }
             },
@@ -563,7 +563,8 @@ impl Puller {
         );
         recorded?;
         if let Some(p) = present? {
-            got.present = p;
+            got.present.clear();
+            got.found_present(&image.digests(), p, &who);
         }
         stages.done("record");
         // What is copied is written under the pull's lease (a verify begins one to copy).
@@ -765,15 +766,16 @@ impl Puller {
             let found: Vec<&str> = all.iter().copied().filter(|d| found.contains(*d)).collect();
             if !found.is_empty() {
                 cd.hold_content(&found).await?;
-                let still = cd.present(&found).await?;
-                got.present = digests.iter().filter(|d| still.contains(**d)).map(|d| d.to_string()).collect();
+                let still = cd.present_labelled(&found).await?;
+                got.found_present(&digests, still, who);
             }
         } else if placing.shared == Some(true) {
             // A verify under a shared store places nothing, whatever the namespace holds: what it
             // holds is asked beside the ledger's commit (`record`), for the labels and the hold.
             got.present_later = true;
         } else {
-            got.present = cd.present(&digests).await?;
+            let found = cd.present_labelled(&digests).await?;
+            got.found_present(&digests, found, who);
         }
         let cd = &*cd;
         let mut jobs: Vec<Job> = Vec::new();
@@ -1180,6 +1182,17 @@ impl Puller {
     ) -> Result<()> {
         let sn = &self.snapshotter_name;
         let chains = ledger::chain_ids(diff_ids);
+        // The image's own chain found here (held, then looked for again) is all there is to do:
+        // containerd keeps no snapshot without its parent, and the lease holding the top keeps
+        // its parents from GC. One look instead of three per layer.
+        if let Some(top) = chains.last() {
+            if cd.snapshot_exists(sn, top).await? {
+                cd.hold_snapshot(sn, top).await?;
+                if cd.snapshot_exists(sn, top).await? {
+                    return Ok(());
+                }
+            }
+        }
         // Once a chain is missing here, so is every chain above it (containerd keeps no
         // snapshot without its parent): they are not looked for.
         let mut missing = false;
@@ -1617,6 +1630,18 @@ impl Job {
 }
 
 impl Gathered {
+    /// Of `digests`, those the namespace holds (`found`, with their labels): present, and
+    /// labelled already where they carry `who` (`label` writes nothing for them).
+    fn found_present(&mut self, digests: &[&str], found: HashMap<String, HashMap<String, String>>, who: &HashMap<String, String>) {
+        for d in digests.iter().copied() {
+            let Some(labels) = found.get(d) else { continue };
+            self.present.insert(d.to_string());
+            if who.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                self.labelled.insert(d.to_string());
+            }
+        }
+    }
+
     /// The other namespace's copy of `b` went (deleted, collected) or cannot be read: the origin
     /// serves the bytes instead (hashed when `hash`), kept if the pull needs them; no copy.
     async fn fetch_instead(&mut self, b: Blob, hash: bool, sess: &Session, cd: &Containerd, labels: &HashMap<String, String>) -> Result<()> {
