@@ -191,18 +191,25 @@ const PUBLIC_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
 /// records naming unreachable origins cost each of them one attempt (bounded by the registry
 /// timeout) per this time, not one per refused request.
 const UNREACHABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
-/// Pinned references remembered as not public, at most; when full, the one that would be asked
-/// again soonest is forgotten for the newest (a namespace filling it with names of its own
-/// cannot turn the memory off for everyone).
+/// Pinned references remembered as not public, at most; when full, the namespace whose
+/// requests remembered the most forgets its soonest (a namespace filling it with names of its
+/// own forgets its own, and cannot turn the memory off for others).
 const MAX_NOT_PUBLIC: usize = 10_000;
 /// Keys remembered until a moment each (what `public_at_own_origin` and `establish` do not ask
-/// again for a while), at most `MAX_NOT_PUBLIC` of them: when full, the one whose moment comes
-/// soonest is forgotten for the newest.
-pub struct Recent<K>(std::sync::Mutex<HashMap<K, std::time::Instant>>);
+/// again for a while), at most `MAX_NOT_PUBLIC` of them: when full, the namespace holding the
+/// most forgets the one whose moment comes soonest, for the newest.
+pub struct Recent<K>(std::sync::Mutex<RecentKeys<K>>);
+
+/// Each key's moment and the namespace whose request remembered it, and how many keys each
+/// namespace holds.
+pub struct RecentKeys<K> {
+    until: HashMap<K, (std::time::Instant, String)>,
+    held: HashMap<String, usize>,
+}
 
 impl<K> Default for Recent<K> {
     fn default() -> Self {
-        Recent(Default::default())
+        Recent(std::sync::Mutex::new(RecentKeys { until: HashMap::new(), held: HashMap::new() }))
     }
 }
 
@@ -211,22 +218,47 @@ impl<K: std::hash::Hash + Eq + Clone> Recent<K> {
     /// memory is full).
     fn holds(&self, key: &K) -> bool {
         let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        m.get(key).is_some_and(|until| *until > std::time::Instant::now())
+        m.until.get(key).is_some_and(|(until, _)| *until > std::time::Instant::now())
     }
 
-    /// Remembers `key` for `time` from now.
-    fn remember(&self, key: K, time: std::time::Duration) {
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if m.len() >= MAX_NOT_PUBLIC {
-            let now = std::time::Instant::now();
-            m.retain(|_, until| *until > now);
+    /// Remembers `key` for `time` from now, for a request of `namespace`. When the memory is
+    /// full, the namespace holding the most keys forgets the one whose moment comes soonest: a
+    /// namespace filling it with names of its own forgets its own, not others'.
+    fn remember(&self, key: K, namespace: &str, time: std::time::Duration) {
+        let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let RecentKeys { until, held } = &mut *guard;
+        let now = std::time::Instant::now();
+        if let Some((_, owner)) = until.remove(&key) {
+            count_down(held, &owner);
         }
-        if m.len() >= MAX_NOT_PUBLIC {
-            if let Some(soonest) = m.iter().min_by_key(|(_, until)| **until).map(|(k, _)| k.clone()) {
-                m.remove(&soonest);
+        if until.len() >= MAX_NOT_PUBLIC {
+            until.retain(|_, (t, owner)| {
+                let live = *t > now;
+                if !live {
+                    count_down(held, owner);
+                }
+                live
+            });
+        }
+        if until.len() >= MAX_NOT_PUBLIC {
+            let most = held.iter().max_by_key(|(_, n)| **n).map(|(ns, _)| ns.clone());
+            let soonest = most.and_then(|ns| until.iter().filter(|(_, (_, o))| *o == ns).min_by_key(|(_, (t, _))| *t).map(|(k, _)| k.clone()));
+            if let Some((_, owner)) = soonest.and_then(|k| until.remove(&k)) {
+                count_down(held, &owner);
             }
         }
-        m.insert(key, std::time::Instant::now() + time);
+        *held.entry(namespace.to_string()).or_insert(0) += 1;
+        until.insert(key, (now + time, namespace.to_string()));
+    }
+}
+
+/// One key fewer held by `owner`.
+fn count_down(held: &mut HashMap<String, usize>, owner: &str) {
+    if let Some(n) = held.get_mut(owner) {
+        *n -= 1;
+        if *n == 0 {
+            held.remove(owner);
+        }
     }
 }
 
@@ -305,7 +337,7 @@ impl Puller {
                     let retry = match &e {
                         PullError::Registry(R::Unavailable { .. }) => {
                             check.unreachable.push(r.origin());
-                            self.unreachable.remember(pinned.clone(), UNREACHABLE_RETRY);
+                            self.unreachable.remember(pinned.clone(), namespace, UNREACHABLE_RETRY);
                             UNREACHABLE_RETRY
                         }
                         PullError::Registry(
@@ -319,7 +351,7 @@ impl Puller {
                         ) => PUBLIC_RETRY,
                         _ => continue,
                     };
-                    self.not_public.remember(pinned, retry);
+                    self.not_public.remember(pinned, namespace, retry);
                 }
             }
         }
@@ -1687,8 +1719,46 @@ impl crate::snapshotter::service::PublicAtOrigin for Puller {
             false => self.public_at_own_origin(namespace, principal, &names, false).await.verified,
         };
         if found.is_none() {
-            self.no_public_names.remember(key, UNREACHABLE_RETRY);
+            self.no_public_names.remember(key, namespace, UNREACHABLE_RETRY);
         }
         found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_filling_the_refusal_memory_forgets_its_own() {
+        let recent: Recent<String> = Recent::default();
+        let minute = std::time::Duration::from_secs(60);
+        recent.remember("victim@sha256:1".into(), "team-b", minute);
+        // Remembered sooner to end than every one of the filler's: the old rule forgot it first.
+        recent.remember("victim@sha256:2".into(), "team-b", std::time::Duration::from_secs(1));
+        for i in 0..MAX_NOT_PUBLIC + 500 {
+            recent.remember(format!("filler{i}@sha256:0"), "team-a", minute);
+        }
+        assert!(recent.holds(&"victim@sha256:1".to_string()));
+        assert!(recent.holds(&"victim@sha256:2".to_string()));
+        let m = recent.0.lock().unwrap();
+        assert_eq!(m.until.len(), MAX_NOT_PUBLIC);
+        assert_eq!(m.held.get("team-b"), Some(&2));
+        assert_eq!(m.held.get("team-a"), Some(&(MAX_NOT_PUBLIC - 2)));
+        // The filler's newest are held, its oldest forgotten.
+        assert!(m.until.contains_key(&format!("filler{}@sha256:0", MAX_NOT_PUBLIC + 499)));
+        assert!(!m.until.contains_key("filler0@sha256:0"));
+    }
+
+    #[test]
+    fn remembering_a_key_again_moves_it_and_its_count() {
+        let recent: Recent<String> = Recent::default();
+        let minute = std::time::Duration::from_secs(60);
+        recent.remember("x@sha256:1".into(), "team-a", minute);
+        recent.remember("x@sha256:1".into(), "team-b", minute);
+        let m = recent.0.lock().unwrap();
+        assert_eq!(m.until.len(), 1);
+        assert_eq!(m.held.get("team-a"), None);
+        assert_eq!(m.held.get("team-b"), Some(&1));
     }
 }
