@@ -101,6 +101,10 @@ BASE=$REG_t/base/app:v1
 push_image "$WORK/pause" v1 "$PAUSE" || fail "push the sandbox image"
 push_image "$WORK/app" v1 "$APP" "admin:$PW_ADMIN" || fail "push the private image"
 push_image "$WORK/base" v1 "$BASE" "admin:$PW_ADMIN" || fail "push the baseline's private image"
+# An image the operator marks preloaded at installation (PULLGATE_PRELOAD), with alice's
+# credential from the Secret pullgate-preload-auth.
+PRELOADED=$REG_t/private/preloaded:v1
+push_image "$WORK/pause" v1 "$PRELOADED" "admin:$PW_ADMIN" || fail "push the image to preload"
 HOSTS=$WORK/hosts
 for r in "$REG_pub" "$REG_t"; do write_hosts_toml "$HOSTS" "$r"; done
 
@@ -345,10 +349,13 @@ sed -e "s#image: registry.example/pullgate-installer:.*#image: $INSTALLER#" \
     -e "s#^          value: \"nsenter --target 1 .*#          value: '$RESTART'#" \
     -e "s#{path: /usr/bin, type: Directory}#{path: $BINDIR, type: Directory}#" \
     -e '/name: PULLGATE_PULL_FLAGS/{n;s#value: ""#value: "--plain-http"#}' \
+    -e "/name: PULLGATE_PRELOAD\$/{n;s#value: \"\"#value: \"$PRELOADED\"#}" \
     -e "s#^    containerd_address = \"/run/containerd/containerd.sock\"#&\n    log_level = \"debug\"\n\n    [registry]\n    hosts_dir = \"$HOSTS\"#" \
     "$REPO/plugin/daemonset/pullgate-installer.yaml" > "$WORK/installer.yaml"
-check "the DaemonSet adapted: image, restart command, containerd's directory, plain http for the sandbox image, registry trust (5 changes)" \
-  test "$(diff "$REPO/plugin/daemonset/pullgate-installer.yaml" "$WORK/installer.yaml" | grep -c '^>')" = 8
+check "the DaemonSet adapted: image, restart command, containerd's directory, plain http for the sandbox image, an image to preload, registry trust (6 changes)" \
+  test "$(diff "$REPO/plugin/daemonset/pullgate-installer.yaml" "$WORK/installer.yaml" | grep -c '^>')" = 9
+check "the Secret of the preloaded image's credential (alice's)" \
+  kc -n kube-system create secret docker-registry pullgate-preload-auth --docker-server "$REG_t" --docker-username alice --docker-password "$PW_ALICE"
 sha_host_config=$(sha256sum /etc/containerd/config.toml 2>/dev/null)
 check "kubectl apply the installer" kc apply -f "$WORK/installer.yaml"
 ds_ready() { kc -n kube-system get ds pullgate-installer -o json | jq -e '.status.desiredNumberScheduled == 2 and .status.numberReady == 2' >/dev/null; }
@@ -367,6 +374,10 @@ for n in "${NODES[@]}"; do
   check_out "node $n: its init loop started pullgate and restarted containerd once" "started pullgate" cat "$N/init.log"
   check_out "node $n: pullgate serves (its API lists namespace k8s.io's grants)" NAMESPACE "$PG_BIN" --address "$N/run/pullgate/api.sock" grants -n k8s.io
   check_out "node $n: the installer's log shows the installation" "pullgate-installer on pg-$n: installed pullgate" pod_log "$n" kube-system "${inst#pod/}" install
+  check_out "node $n: the installer marked the operator's image preloaded in k8s.io" "private/preloaded:v1" "$PG_BIN" --address "$N/run/pullgate/api.sock" preload --list -n k8s.io
+  check_out "node $n: its log says so" "$PRELOADED marked preloaded in k8s.io" pod_log "$n" kube-system "${inst#pod/}" install
+  check_out "node $n: and that the ConfigMap's policy (AlwaysVerify) does not count marks" \
+    "the policy is AlwaysVerify: the mark counts only under NeverVerifyPreloadedImages" pod_log "$n" kube-system "${inst#pod/}" install
 done
 # The installer again on an installed node (its pod deleted: the controller makes another):
 # nothing to place, merge or restart.

@@ -18,6 +18,10 @@
 #      default the one containerd's config names), so that pullgate has hashed its layers and
 #      seen them served without a credential: containerd's CRI unpacks it itself, with no pod
 #      behind the unpack, and under AlwaysVerify only layers pullgate knows as public pass;
+#      Then marks the images PULLGATE_PRELOAD names (space-separated references) preloaded in
+#      k8s.io (`pullgate preload`, with PULLGATE_PRELOAD_FLAGS and the credentials of docker's
+#      config in PULLGATE_PRELOAD_AUTH, the optional Secret pullgate-preload-auth): under
+#      NeverVerifyPreloadedImages every pod runs them without a secret of its own;
 #   6. checks the node (`pullgate doctor`): a problem ends the pod in error, which the DaemonSet
 #      retries (every step above is idempotent);
 #   7. marks itself installed (the pod's readiness probe: install.sh --check) and sleeps.
@@ -36,6 +40,9 @@ CONTAINERD_BIN=${CONTAINERD_BIN:-/usr/bin/containerd}
 CONTENT_SHARING=${PULLGATE_CONTENT_SHARING:-}
 WAIT=${PULLGATE_RESTART_WAIT:-120}
 PULL_FLAGS=${PULLGATE_PULL_FLAGS:-}
+PRELOAD=${PULLGATE_PRELOAD:-}
+PRELOAD_FLAGS=${PULLGATE_PRELOAD_FLAGS:-}
+PRELOAD_AUTH=${PULLGATE_PRELOAD_AUTH:-/preload-auth}
 STAMP=/tmp/pullgate-installed
 # On the node, beside pullgate's config: a change was made that the running pullgate and
 # containerd have not been restarted on yet. It outlives this pod, so a pod killed (or a restart
@@ -120,6 +127,14 @@ sandbox=${PULLGATE_SANDBOX_IMAGE:-$("$CONTAINERD_BIN" --config "$CONTAINERD_CONF
 "$BIN_DIR/pullgate" --address "$API_SOCKET" pull -n k8s.io -q $PULL_FLAGS "$sandbox" >/dev/null \
   || die "cannot pull the sandbox image $sandbox through pullgate (above)"
 say "the sandbox image $sandbox pulled through pullgate"
+# Images the operator names preloaded (credentials from docker's config in PRELOAD_AUTH only:
+# the sandbox image above is pulled without one).
+for ref in $PRELOAD; do
+  # shellcheck disable=SC2086
+  DOCKER_CONFIG=$PRELOAD_AUTH "$BIN_DIR/pullgate" --address "$API_SOCKET" preload -n k8s.io $PRELOAD_FLAGS "$ref" >/dev/null \
+    || die "cannot mark $ref preloaded through pullgate (above)"
+  say "$ref marked preloaded in k8s.io"
+done
 
 # 6. the node as pullgate's doctor sees it
 "$BIN_DIR/pullgate" doctor --config "$CONFIG" --containerd-config "$CONTAINERD_CONFIG" || die "pullgate doctor found a problem (above)"
