@@ -79,11 +79,13 @@ printf '| %-62s | %7.3f s | %12s |\n' "straight to containerd's CRI (nothing ver
 printf '| %-62s | %7.3f s | %12s |\n' "for scale: the first pull through the front (downloads)" "${T[first]}" "${B[first]}"
 printf 'front / straight: time %.2f, bytes %.2f\n' "$(echo "$tf / $td" | bc -l)" "$(echo "$(med "${B[front]}") / $(med "${B[direct]}")" | bc -l)"
 
-# CreateContainer: REPS containers of IMAGE in pod SID of NAMESPACE via VIA, each removed after;
+# CreateContainer: REPS containers of IMAGE in pod SID of NAMESPACE via VIA, each removed after,
+# each after an (untimed) ImageStatus of the image, as kubelet asks before it creates one;
 # prints the times.
 creates() { # creates VIA NAMESPACE SID IMAGE TAG
   local out cid t0 t1 times=""
   for rep in $(seq 1 "$REPS"); do
+    "$1" ImageStatus "{\"image\":{\"image\":\"$4\"}}" >/dev/null
     t0=$EPOCHREALTIME
     out=$("$1" --pod "app:$2:uid-$2" CreateContainer "{\"pod_sandbox_id\":\"$3\",\"config\":{\"metadata\":{\"name\":\"$5-$rep\"},\"image\":{\"image\":\"$4\"},\"command\":[\"/bin/sh\",\"-c\",\"true\"],\"log_path\":\"c.log\"}}" 2>&1) \
       || echo "CreateContainer via $1 for $2 failed: $out" >&2

@@ -234,19 +234,20 @@ impl Api {
 
     /// Marks the manifest `r` pulled preloaded in its namespace, with its layers as pullgate
     /// established them (refused, marking nothing, when any layer's blob was not hashed by pullgate).
-    fn mark_preloaded(&self, r: &pull::Request, manifest: &str) -> Result<()> {
+    /// Returns the manifests whose marks of the same name it replaced.
+    fn mark_preloaded(&self, r: &pull::Request, manifest: &str) -> Result<Vec<String>> {
         let (ns, reference) = (r.namespace.as_str(), r.reference.to_string());
-        let layers = self.puller.snap.store().write(|tx| -> std::result::Result<Option<usize>, StoreError> {
+        let marked = self.puller.snap.store().write(|tx| -> std::result::Result<Option<(usize, Vec<String>)>, StoreError> {
             let Some(diff_ids) = ledger::established_layers(tx, manifest)? else { return Ok(None) };
             let n = diff_ids.len();
-            ledger::mark_preloaded(tx, ns, manifest, &ledger::Preload { reference: reference.clone(), diff_ids, marked_at: crate::gate::now_nanos() })?;
-            Ok(Some(n))
+            let moved = ledger::mark_preloaded(tx, ns, manifest, &ledger::Preload { reference: reference.clone(), diff_ids, marked_at: crate::gate::now_nanos() })?;
+            Ok(Some((n, moved)))
         })?;
-        let Some(layers) = layers else {
+        let Some((layers, moved)) = marked else {
             return Err(ApiError::Precondition(format!("pullgate has not hashed every layer of {manifest} itself, so it cannot say which layers the image holds: nothing was marked")));
         };
-        tracing::info!(namespace = %ns, image = %reference, %manifest, layers, "image marked preloaded");
-        Ok(())
+        tracing::info!(namespace = %ns, image = %reference, %manifest, layers, replaced = ?moved, "image marked preloaded");
+        Ok(moved)
     }
 
     /// The manifests among `found` that `check` may decide: those the requester holds
@@ -545,7 +546,9 @@ impl Pullgate for Api {
         }
         let r = Self::pull_request(r)?;
         let mut out = self.puller.pull(&r).await.map_err(ApiError::from)?;
-        self.mark_preloaded(&r, &out.manifest)?;
+        for m in self.mark_preloaded(&r, &out.manifest)? {
+            out.warnings.push(format!("{} named {m} when it was marked before: that mark was removed", r.reference));
+        }
         if self.gate.cfg.policy != crate::gate::Policy::NeverVerifyPreloadedImages {
             out.warnings.push(format!("the policy is {:?}: the mark counts only under NeverVerifyPreloadedImages, so pods and principals still need a grant of their own", self.gate.cfg.policy));
         }

@@ -819,6 +819,16 @@ mod tests {
         let marks = s.read(|tx| ledger::preloads(tx, None)).unwrap();
         assert_eq!(marks.len(), 1);
         assert_eq!((marks[0].namespace.as_str(), marks[0].manifest.as_str()), ("n", d('m').as_str()));
+        // The same name marked again once it names another manifest: the earlier mark goes
+        // (marks do not pile up as a tag moves); marking it again changes nothing more.
+        let mark = |m: char, r: &str| s.write(|tx| ledger::mark_preloaded(tx, "n", &d(m), &ledger::Preload { reference: r.to_string(), diff_ids: vec![d('z')], marked_at: 2 })).unwrap();
+        assert_eq!(mark('o', "other:v1"), Vec::<String>::new());
+        assert_eq!(mark('q', &format!("{ORIGIN}:v1")), [d('m')]);
+        assert!(run(&g, "n", "pod").is_err(), "the moved name's old layers are no longer preloaded");
+        assert_eq!(mark('m', &format!("{ORIGIN}:v1")), [d('q')]);
+        assert_eq!(mark('m', &format!("{ORIGIN}:v1")), Vec::<String>::new());
+        let left: Vec<String> = s.read(|tx| ledger::preloads(tx, Some("n"))).unwrap().into_iter().map(|e| e.manifest).collect();
+        assert_eq!(left.len(), 2, "{left:?}: the other name's mark stays");
         assert_eq!(s.write(|tx| ledger::unmark_preloaded(tx, "elsewhere", &|_| true)).unwrap(), 0);
         assert_eq!(s.write(|tx| ledger::unmark_preloaded(tx, "n", &|e| e.manifest == d('m'))).unwrap(), 1);
         assert!(run(&g, "n", "pod").is_err(), "the mark removed, the grant is needed again");

@@ -840,9 +840,17 @@ pub fn established_layers(tx: &impl LedgerRead, manifest: &str) -> Result<Option
     Ok(Some(m.diff_ids))
 }
 
-/// Marks `manifest` preloaded in `ns` (replacing an earlier mark of the same manifest there).
-pub fn mark_preloaded(tx: &mut WriteTx, ns: &str, manifest: &str, p: &Preload) -> Result<(), StoreError> {
-    tx.put_val(Collection::Preloads, &key(&[ns, manifest]), p)
+/// Marks `manifest` preloaded in `ns` under the reference `p` names, replacing an earlier mark
+/// of the same manifest there and the marks of other manifests the same reference named before
+/// (the name moved: what the operator marks is the image the name names now). Returns the
+/// manifests whose marks went.
+pub fn mark_preloaded(tx: &mut WriteTx, ns: &str, manifest: &str, p: &Preload) -> Result<Vec<String>, StoreError> {
+    let moved: Vec<String> = preloads(tx, Some(ns))?.into_iter().filter(|e| e.manifest != manifest && e.preload.reference == p.reference).map(|e| e.manifest).collect();
+    for m in &moved {
+        tx.delete_val(Collection::Preloads, &key(&[ns, m]))?;
+    }
+    tx.put_val(Collection::Preloads, &key(&[ns, manifest]), p)?;
+    Ok(moved)
 }
 
 /// The marks of one namespace (of all when `ns` is None).

@@ -1077,6 +1077,39 @@ if [ "$V" = 2.1 ]; then
   # A kubelet older than 1.30 sends the ID alone. (The image's layers are public in the ledger
   # since its first verify at its origin: nothing is asked.)
   check_out "19: and by its ID alone, as a kubelet older than 1.30 asks" "$DUP3MSG" run_in front many-p team-p5 "$SID_MP" mp2 "$DUP3_ID"
+  # kubelet asks for the image's status just before each CreateContainer: the front takes the
+  # image's names from containerd's answer to that call instead of asking again.
+  mark=$(wc -l < "$PG/log")
+  front ImageStatus "{\"image\":{\"image\":\"$REG_pub/public/dup3:v1\"}}" >/dev/null
+  check_out "19: after kubelet's ImageStatus, the pod runs it" "$DUP3MSG" run_in front many-p team-p5 "$SID_MP" mp3 "$AS_KUBELET"
+  check "19: and its decision took the image's names from that answer (no call of its own)" \
+    bash -c 'tail -n +"$(( $1 + 1 ))" "$2" | grep "the image'"'"'s names and documents looked up" | grep -F "image=$3 " | tail -1 | grep -q "status_reused=true"' _ "$mark" "$PG/log" "$REG_pub/public/dup3:v1"
+  # That answer no longer holds: the name containerd builds from (a name made to sort before
+  # every other in containerd's order) is removed after kubelet's call. The front reads the
+  # names anew, and the pod runs.
+  FIRST=0.invalid/first/dup3:v1
+  "${CTR[@]}" -n k8s.io images tag --force "$REG_pub/public/dup3:v1" "$FIRST" >/dev/null
+  # first_listed: CRI lists FIRST first among the image's names, in containerd's order.
+  first_listed() {
+    front ImageStatus "{\"image\":{\"image\":\"$DUP3_ID\"}}" | python3 -c '
+import json, sys
+i = json.load(sys.stdin)["image"]
+names = (i.get("repo_tags") or []) + (i.get("repo_digests") or [])
+def rank(n):
+    tagged = ":" in n.split("/")[-1].split("@")[0]
+    return (1 if "@" in n else 2) if tagged else 3
+sys.exit(0 if names and min(names, key=lambda n: (rank(n), n)) == sys.argv[1] else 1)' "$FIRST"
+  }
+  wait_for 30 first_listed
+  check "19: a name made for the image ($FIRST) comes first in containerd's order" first_listed
+  mark=$(wc -l < "$PG/log")
+  front ImageStatus "{\"image\":{\"image\":\"$REG_pub/public/dup3:v1\"}}" >/dev/null
+  t0=$EPOCHREALTIME
+  "${CTR[@]}" -n k8s.io images rm "$FIRST" >/dev/null
+  took=$(printf %.2f "$(echo "$EPOCHREALTIME - $t0" | bc -l)")
+  check_out "19: that name removed after kubelet's ImageStatus (in $took s): the pod still runs the image" "$DUP3MSG" run_in front many-p team-p5 "$SID_MP" mp4 "$AS_KUBELET"
+  check_out "19: the front found kubelet's answer stale (the name has no record) and read the names anew" "reused=true" \
+    bash -c 'tail -n +"$(( $1 + 1 ))" "$2" | grep -F "name=$3 " | grep "has no image record"' _ "$mark" "$PG/log" "$FIRST"
   xargs -a "$WORK/many.names" -n 1000 "${CTR[@]}" -n k8s.io images rm >/dev/null 2>&1
 else
   na "19: 5,000 names on an image (run on containerd 2.1)"

@@ -10,6 +10,9 @@
 //!   speak to pullgate's snapshotter (`containerd.io/snapshot.ref`,
 //!   `containerd.io/snapshot/pullgate*`) before they are forwarded.
 //!
+//! `ImageStatus` is forwarded unchanged, and containerd's answer kept for a second: the
+//! CreateContainer kubelet sends next takes the image's names from it (`Statuses`).
+//!
 //! Every other call, streams and methods this build does not know included, is forwarded as
 //! raw bytes, unchanged.
 pub mod names;
@@ -49,6 +52,7 @@ const PULL_IMAGE: &str = "/runtime.v1.ImageService/PullImage";
 const CREATE_CONTAINER: &str = "/runtime.v1.RuntimeService/CreateContainer";
 const RUN_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/RunPodSandbox";
 const REMOVE_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/RemovePodSandbox";
+const IMAGE_STATUS: &str = "/runtime.v1.ImageService/ImageStatus";
 
 /// Annotations a pod author could use to speak to pullgate's snapshotter: containerd passes
 /// `containerd.io/snapshot/*` annotations (1.6: a container's; all versions: a pod's, to its
@@ -120,6 +124,51 @@ pub struct Front {
     snap: Arc<Snapshotter>,
     principal: CriPrincipal,
     platform: String,
+    /// containerd's answers to kubelet's ImageStatus calls of the last `STATUS_REUSE`.
+    statuses: Statuses,
+}
+
+/// containerd's answers to the ImageStatus calls the front forwarded lately, by image ID (at
+/// most `STATUS_KEPT`, each for `STATUS_REUSE`). kubelet asks for an image's status just
+/// before it creates a container of it: CreateContainer's first reading of the image's names
+/// is that answer, not another call (containerd lists every name of an image in it, which
+/// takes it tens of milliseconds at thousands of names). The names are containerd's answer,
+/// not a tenant's claim; the name containerd builds the container from, a name in the request
+/// and the image ID are still looked up anew, and a reading that does not hold is done again
+/// with a fresh call.
+#[derive(Default)]
+struct Statuses(std::sync::Mutex<std::collections::VecDeque<(std::time::Instant, Arc<cri::Image>)>>);
+
+/// How long an ImageStatus answer serves CreateContainer; how many answers are kept, and how
+/// many names they hold together at most (an answer of more is not kept).
+const STATUS_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
+const STATUS_KEPT: usize = 16;
+const STATUS_NAMES_KEPT: usize = 50_000;
+
+fn names_in(i: &cri::Image) -> usize {
+    i.repo_tags.len() + i.repo_digests.len()
+}
+
+impl Statuses {
+    fn keep(&self, image: cri::Image) {
+        if names_in(&image) > STATUS_NAMES_KEPT {
+            return;
+        }
+        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        q.retain(|(at, i)| i.id != image.id && at.elapsed() < STATUS_REUSE);
+        while q.len() >= STATUS_KEPT || q.iter().map(|(_, i)| names_in(i)).sum::<usize>() + names_in(&image) > STATUS_NAMES_KEPT {
+            q.pop_front();
+        }
+        q.push_back((std::time::Instant::now(), Arc::new(image)));
+    }
+
+    /// The image of ID `id` as containerd answered lately, if it did (answers past their time
+    /// are dropped).
+    fn of(&self, id: &str) -> Option<Arc<cri::Image>> {
+        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        q.retain(|(at, _)| at.elapsed() < STATUS_REUSE);
+        q.iter().rev().find(|(_, i)| i.id == id).map(|(_, i)| i.clone())
+    }
 }
 
 use crate::registry::host_platform;
@@ -201,6 +250,7 @@ impl Front {
             snap,
             principal,
             platform: host_platform(),
+            statuses: Default::default(),
         }
     }
 
@@ -242,7 +292,7 @@ impl Front {
 
     async fn dispatch(self: Arc<Self>, path: String, req: Request<Streaming<Bytes>>) -> Result<Response<MessageStream>, Status> {
         let pruning = self.principal == CriPrincipal::Pod && path == REMOVE_POD_SANDBOX;
-        if ![PULL_IMAGE, CREATE_CONTAINER, RUN_POD_SANDBOX].contains(&path.as_str()) && !pruning {
+        if ![PULL_IMAGE, CREATE_CONTAINER, RUN_POD_SANDBOX, IMAGE_STATUS].contains(&path.as_str()) && !pruning {
             return self.forward(&path, req).await;
         }
         let (meta, _, mut incoming) = req.into_parts();
@@ -264,12 +314,25 @@ impl Front {
                 .map(Response::new)?
             }
             CREATE_CONTAINER => self.create_container(meta, body).await?,
+            IMAGE_STATUS => self.image_status(meta, body).await?,
             REMOVE_POD_SANDBOX => self.remove_pod_sandbox(meta, body).await?,
             _ => self.run_pod_sandbox(meta, body).await?,
         };
         let (meta, body, ext) = resp.into_parts();
         let one: MessageStream = Box::pin(futures_util::stream::once(std::future::ready(Ok(body))));
         Ok(Response::from_parts(meta, one, ext))
+    }
+
+    /// Forwards an ImageStatus call and keeps containerd's answer for the CreateContainer that
+    /// follows it (`Statuses`). The answer goes back as containerd gave it.
+    async fn image_status(&self, meta: tonic::metadata::MetadataMap, body: Bytes) -> Result<Response<Bytes>, Status> {
+        let resp = self.forward_unary(IMAGE_STATUS, meta, body).await?;
+        if let Ok(st) = cri::ImageStatusResponse::decode(resp.get_ref().clone()) {
+            if let Some(image) = st.image.filter(|i| crate::reference::is_digest(&i.id)) {
+                self.statuses.keep(image);
+            }
+        }
+        Ok(resp)
     }
 
     /// Pulls with the pod's credential for the pod's principal, then makes the image records
@@ -514,13 +577,27 @@ impl Front {
         // A must-name that moved while it was read (a tenant re-pointing a tag of its own that
         // sorts first) is read again from a fresh ImageStatus, a moment later each time, before
         // the container is refused: CRI's list of names lags behind the move until containerd's
-        // image event reaches it.
+        // image event reaches it. The first reading is kubelet's own ImageStatus call of a moment
+        // ago when there is one (`Statuses`); if it does not hold, a fresh one follows at once.
         let undecidable = |why: &str| undecidable(shown, why);
-        let mut attempts: u32 = 0;
-        let (image, mut out) = 'fresh: loop {
-            attempts += 1;
-            let st: cri::ImageStatusResponse = self.call("/runtime.v1.ImageService/ImageStatus", cri::ImageStatusRequest { image: Some(spec.clone()), verbose: false }).await?;
-            let Some(image) = st.image.filter(|i| crate::reference::is_digest(&i.id)) else {
+        let (mut attempts, mut may_reuse): (u32, bool) = (0, true);
+        let (image, mut out, reused) = 'fresh: loop {
+            let lately = if std::mem::take(&mut may_reuse) { self.statuses.of(&spec.image) } else { None };
+            let reused = lately.is_some();
+            let image = match lately {
+                Some(i) => Some(i),
+                None => {
+                    attempts += 1;
+                    self.call::<_, cri::ImageStatusResponse>(IMAGE_STATUS, cri::ImageStatusRequest { image: Some(spec.clone()), verbose: false }).await?.image.map(Arc::new)
+                }
+            };
+            // Whether (and after how long) a must-name that did not hold is read again.
+            let again = || match (reused, attempts < FRESH_READS) {
+                (true, _) => Some(std::time::Duration::ZERO),
+                (false, true) => Some(FRESH_READ_WAIT * attempts),
+                (false, false) => None,
+            };
+            let Some(image) = image.filter(|i| crate::reference::is_digest(&i.id)) else {
                 return Err(undecidable("it is not an image on the node (pull it first; restoring from a checkpoint archive is not supported through pullgate)"));
             };
             let looked = names::to_look_up(image.repo_tags.iter().chain(&image.repo_digests), asked);
@@ -532,9 +609,9 @@ impl Front {
                 let Some(t) = cd.image_target(name).await.map_err(|e| Status::new(e.code, e.to_string()))? else {
                     if must.contains(&Some(name)) {
                         // containerd would not find the image it builds the container from either.
-                        tracing::warn!(image = %shown, %name, id = %image.id, attempts, "CRI CreateContainer: a name of the image has no image record");
-                        if attempts < FRESH_READS {
-                            tokio::time::sleep(FRESH_READ_WAIT * attempts).await;
+                        tracing::warn!(image = %shown, %name, id = %image.id, attempts, reused, "CRI CreateContainer: a name of the image has no image record");
+                        if let Some(wait) = again() {
+                            tokio::time::sleep(wait).await;
                             continue 'fresh;
                         }
                         return Err(undecidable("the name containerd builds it from has no image record; retry"));
@@ -554,10 +631,10 @@ impl Front {
                 };
                 if !this_image {
                     // Other names of the image may be other tenants' repositories: logged only.
-                    tracing::warn!(image = %shown, %name, id = %image.id, "CRI CreateContainer: a name of the image now names another image");
+                    tracing::warn!(image = %shown, %name, id = %image.id, reused, "CRI CreateContainer: a name of the image now names another image");
                     if must.contains(&Some(name)) {
-                        if attempts < FRESH_READS {
-                            tokio::time::sleep(FRESH_READ_WAIT * attempts).await;
+                        if let Some(wait) = again() {
+                            tokio::time::sleep(wait).await;
                             continue 'fresh;
                         }
                         return Err(undecidable("the name containerd builds it from now names another image; retry"));
@@ -568,7 +645,7 @@ impl Front {
                     out.push((name.to_string(), t.digest.clone()));
                 }
             }
-            break (image, out);
+            break (image, out, reused);
         };
         let bytes = read(&image.id).await?;
         let config = crate::document::config(&bytes).map_err(|e| Status::failed_precondition(format!("pullgate: image config {}: {e}", image.id)))?;
@@ -584,7 +661,7 @@ impl Front {
             }
         }
         let (calls, bytes_read) = counted.so_far();
-        tracing::debug!(image = %shown, names = image.repo_tags.len() + image.repo_digests.len(), containerd_calls = calls, bytes_read, "CRI CreateContainer: the image's names and documents looked up");
+        tracing::debug!(image = %shown, names = image.repo_tags.len() + image.repo_digests.len(), containerd_calls = calls, bytes_read, status_reused = reused, "CRI CreateContainer: the image's names and documents looked up");
         Ok((config.rootfs().diff_ids().to_vec(), out))
     }
 
@@ -899,6 +976,32 @@ pub fn services(front: Front) -> (Svc<false>, Svc<true>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_answers_are_kept_briefly_and_bounded() {
+        let image = |id: &str, names: usize| cri::Image { id: id.to_string(), repo_tags: (0..names).map(|i| format!("reg/n{i}:v1")).collect(), ..Default::default() };
+        let st = Statuses::default();
+        st.keep(image("sha256:a", 10));
+        assert_eq!(st.of("sha256:a").map(|i| i.repo_tags.len()), Some(10));
+        assert!(st.of("sha256:b").is_none());
+        // A newer answer for the same image replaces the older one.
+        st.keep(image("sha256:a", 3));
+        assert_eq!(st.of("sha256:a").map(|i| i.repo_tags.len()), Some(3));
+        // At most STATUS_KEPT answers: the oldest goes.
+        for i in 0..STATUS_KEPT {
+            st.keep(image(&format!("sha256:x{i}"), 1));
+        }
+        assert!(st.of("sha256:a").is_none());
+        // At most STATUS_NAMES_KEPT names together; an answer of more is not kept at all.
+        st.keep(image("sha256:big", STATUS_NAMES_KEPT + 1));
+        assert!(st.of("sha256:big").is_none());
+        st.keep(image("sha256:half1", STATUS_NAMES_KEPT / 2));
+        st.keep(image("sha256:half2", STATUS_NAMES_KEPT / 2));
+        assert!(st.of("sha256:x15").is_none(), "older answers make room for the names");
+        assert!(st.of("sha256:half1").is_some() && st.of("sha256:half2").is_some());
+        let q = st.0.lock().unwrap();
+        assert!(q.iter().map(|(_, i)| names_in(i)).sum::<usize>() <= STATUS_NAMES_KEPT);
+    }
 
     #[test]
     fn grpc_deadlines() {

@@ -200,8 +200,8 @@ const MAX_NOT_PUBLIC: usize = 10_000;
 /// most forgets the one whose moment comes soonest, for the newest.
 pub struct Recent<K>(std::sync::Mutex<RecentKeys<K>>);
 
-/// Each key's moment and the namespace whose request remembered it, and how many keys each
-/// namespace holds.
+/// Each key's moment and the tenant whose request remembered it, and how many keys each tenant
+/// holds.
 pub struct RecentKeys<K> {
     until: HashMap<K, (std::time::Instant, String)>,
     held: HashMap<String, usize>,
@@ -221,10 +221,11 @@ impl<K: std::hash::Hash + Eq + Clone> Recent<K> {
         m.until.get(key).is_some_and(|(until, _)| *until > std::time::Instant::now())
     }
 
-    /// Remembers `key` for `time` from now, for a request of `namespace`. When the memory is
-    /// full, the namespace holding the most keys forgets the one whose moment comes soonest: a
-    /// namespace filling it with names of its own forgets its own, not others'.
-    fn remember(&self, key: K, namespace: &str, time: std::time::Duration) {
+    /// Remembers `key` for `time` from now, for a request of `owner` (a tenant: a namespace,
+    /// or a pod's Kubernetes namespace). When the memory is full, the owner holding the most
+    /// keys forgets the one whose moment comes soonest: a tenant filling it with names of its
+    /// own forgets its own, not others'.
+    fn remember(&self, key: K, owner: &str, time: std::time::Duration) {
         let mut guard = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let RecentKeys { until, held } = &mut *guard;
         let now = std::time::Instant::now();
@@ -247,8 +248,8 @@ impl<K: std::hash::Hash + Eq + Clone> Recent<K> {
                 count_down(held, &owner);
             }
         }
-        *held.entry(namespace.to_string()).or_insert(0) += 1;
-        until.insert(key, (now + time, namespace.to_string()));
+        *held.entry(owner.to_string()).or_insert(0) += 1;
+        until.insert(key, (now + time, owner.to_string()));
     }
 }
 
@@ -292,6 +293,7 @@ impl Puller {
     pub async fn public_at_own_origin(&self, namespace: &str, principal: &str, names: &[(String, String)], for_pods: bool) -> PublicCheck {
         let mut asked = std::collections::HashSet::new();
         let mut check = PublicCheck::default();
+        let owner = Self::refusal_owner(namespace, principal, for_pods);
         for (name, target) in names {
             let Ok(r) = Reference::parse(name) else { continue };
             let pinned = format!("{}@{target}", r.origin());
@@ -337,7 +339,7 @@ impl Puller {
                     let retry = match &e {
                         PullError::Registry(R::Unavailable { .. }) => {
                             check.unreachable.push(r.origin());
-                            self.unreachable.remember(pinned.clone(), namespace, UNREACHABLE_RETRY);
+                            self.unreachable.remember(pinned.clone(), &owner, UNREACHABLE_RETRY);
                             UNREACHABLE_RETRY
                         }
                         PullError::Registry(
@@ -351,11 +353,21 @@ impl Puller {
                         ) => PUBLIC_RETRY,
                         _ => continue,
                     };
-                    self.not_public.remember(pinned, namespace, retry);
+                    self.not_public.remember(pinned, &owner, retry);
                 }
             }
         }
         check
+    }
+
+    /// Whose requests a name refused lately is counted against (`Recent`): the namespace's; for
+    /// a pod's (`for_pods`: the CRI front's one namespace, whose tenants are Kubernetes
+    /// namespaces) that of its Kubernetes namespace, the first part of its principal.
+    fn refusal_owner(namespace: &str, principal: &str, for_pods: bool) -> String {
+        match (for_pods, principal.split('/').next().filter(|t| !t.is_empty())) {
+            (true, Some(tenant)) => format!("{namespace}/{tenant}"),
+            _ => namespace.to_string(),
+        }
     }
 
     pub async fn verify(&self, req: &Request) -> Result<Outcome> {
@@ -1748,6 +1760,15 @@ mod tests {
         // The filler's newest are held, its oldest forgotten.
         assert!(m.until.contains_key(&format!("filler{}@sha256:0", MAX_NOT_PUBLIC + 499)));
         assert!(!m.until.contains_key("filler0@sha256:0"));
+    }
+
+    #[test]
+    fn pods_count_against_their_kubernetes_namespace() {
+        assert_eq!(Puller::refusal_owner("k8s.io", "team-a/web/uid-1", true), "k8s.io/team-a");
+        assert_eq!(Puller::refusal_owner("k8s.io", "team-a", true), "k8s.io/team-a");
+        assert_eq!(Puller::refusal_owner("k8s.io", "", true), "k8s.io");
+        // Outside the CRI front a principal is whatever the API's caller names: the namespace.
+        assert_eq!(Puller::refusal_owner("tenant-x", "p1", false), "tenant-x");
     }
 
     #[test]
