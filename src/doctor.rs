@@ -133,15 +133,16 @@ fn imports_of(v: &toml::Value, path: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
-/// Merges an imported config over `to` as containerd does: a plugin's or proxy plugin's
-/// section is replaced whole, `disabled_plugins` and other top-level lists are appended to,
-/// other tables merged key by key, other values replaced.
-fn merge_config(to: &mut toml::Value, from: toml::Value) {
+/// Merges an imported config over `to` as containerd does: `disabled_plugins` and other
+/// top-level lists are appended to, other tables merged key by key, other values replaced. A
+/// proxy plugin's section is replaced whole; a plugin's too by containerd 1.x (its sections
+/// are TOML trees), merged key by key by 2.x (`deep_plugins`: maps, merged as maps).
+fn merge_config(to: &mut toml::Value, from: toml::Value, deep_plugins: bool) {
     let (Some(to), toml::Value::Table(from)) = (to.as_table_mut(), from) else { return };
     for (k, v) in from {
         match (to.get_mut(&k), v) {
             (Some(toml::Value::Array(a)), toml::Value::Array(b)) => a.extend(b),
-            (Some(t @ toml::Value::Table(_)), toml::Value::Table(b)) if k == "plugins" || k == "proxy_plugins" => {
+            (Some(t @ toml::Value::Table(_)), toml::Value::Table(b)) if k == "proxy_plugins" || (k == "plugins" && !deep_plugins) => {
                 if let Some(t) = t.as_table_mut() {
                     t.extend(b);
                 }
@@ -241,8 +242,9 @@ impl ContainerdConfig {
 
     /// The config as containerd reads it: the file, then every file its `imports` name
     /// (globs, relative to the importing file; their own imports too, each file once), merged
-    /// over it in that order.
-    pub fn load(path: &Path) -> Result<ContainerdConfig, DoctorError> {
+    /// over it in that order, as `containerd` (its version, when known) merges them; an
+    /// unknown version is taken from the file's (3 and later: 2.x).
+    pub fn load(path: &Path, containerd: Option<&str>) -> Result<ContainerdConfig, DoctorError> {
         let read = |p: &Path| -> Result<toml::Value, DoctorError> {
             let text = std::fs::read_to_string(p).map_err(|source| DoctorError::Read { path: p.to_path_buf(), source })?;
             toml::from_str(&text).map_err(|e: toml::de::Error| DoctorError::Parse { path: p.to_path_buf(), reason: e.message().to_string() })
@@ -256,7 +258,12 @@ impl ContainerdConfig {
             }
             let v = read(&p)?;
             pending.extend(imports_of(&v, &p).map_err(|reason| DoctorError::Parse { path: p.clone(), reason })?);
-            merge_config(&mut merged, v);
+            let major = containerd.and_then(|c| c.trim_start_matches('v').split('.').next()?.parse::<u32>().ok());
+            let two_x = match major {
+                Some(m) => m >= 2,
+                None => merged.get("version").or(v.get("version")).and_then(toml::Value::as_integer).is_some_and(|n| n >= 3),
+            };
+            merge_config(&mut merged, v, two_x);
         }
         ContainerdConfig::of(&merged).map_err(|reason| DoctorError::Parse { path: path.to_path_buf(), reason })
     }
@@ -861,7 +868,7 @@ pub async fn run(opts: &Options) -> Vec<Check> {
             None
         }
     };
-    let cfg = match ContainerdConfig::load(&opts.containerd_config) {
+    let cfg = match ContainerdConfig::load(&opts.containerd_config, daemon.as_ref().map(|d| d.version.as_str())) {
         Ok(c) => {
             out.push(ok("config", format!("read {} (version {})", opts.containerd_config.display(), c.version)));
             out.extend(check_config_matches(&c, &opts.containerd_config, &address));
@@ -990,14 +997,40 @@ mod tests {
             "version = 2\ndisabled_plugins = [\"x.y\"]\n[plugins.\"io.containerd.metadata.v1.bolt\"]\ncontent_sharing_policy = \"shared\"\n[[plugins.\"io.containerd.transfer.v1.local\".unpack_config]]\nplatform = \"linux/amd64\"\nsnapshotter = \"overlayfs\"\n",
         )
         .unwrap();
-        let c = ContainerdConfig::load(&main).unwrap();
+        let c = ContainerdConfig::load(&main, Some("1.7.24")).unwrap();
         assert_eq!(c.sharing_policy.as_deref(), Some("shared"));
         assert_eq!(c.unpack, vec![("linux/amd64".to_string(), "overlayfs".to_string())]);
         assert!(c.disables("io.containerd.snapshotter.v1", "overlayfs") && c.disabled_plugins.iter().any(|p| p == "x.y"));
         assert_eq!(c.proxy_plugins.get("pullgate").map(|p| p.0.as_str()), Some("snapshot"));
         // An import that names itself is read once.
         std::fs::write(&main, format!("imports = [\"config.toml\"]\n{V2}")).unwrap();
-        assert!(ContainerdConfig::load(&main).is_ok());
+        assert!(ContainerdConfig::load(&main, None).is_ok());
+    }
+
+    #[test]
+    fn a_plugins_section_imported_replaces_it_on_1x_and_merges_into_it_on_2x() {
+        let d = tempfile::tempdir().unwrap();
+        let main = d.path().join("config.toml");
+        std::fs::create_dir(d.path().join("site")).unwrap();
+        let images = "[plugins.\"io.containerd.cri.v1.images\"]";
+        std::fs::write(&main, format!("imports = [\"site/*.toml\"]\nversion = 3\n{images}\nsnapshotter = \"pullgate\"\n")).unwrap();
+        std::fs::write(d.path().join("site/sandbox.toml"), "version = 3\n[plugins.\"io.containerd.cri.v1.images\".pinned_images]\nsandbox = \"reg/pause:v1\"\n").unwrap();
+        // As containerd 2.1's own `config dump` reads it: both keys.
+        for version in [Some("2.1.4"), Some("v2.4.0"), None] {
+            assert_eq!(ContainerdConfig::load(&main, version).unwrap().cri_snapshotter.as_deref(), Some("pullgate"), "{version:?}");
+        }
+        // containerd 1.x replaces the section whole (its sections are TOML trees).
+        let v1 = |cri: &str| format!("imports = [\"site/*.toml\"]\nversion = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\n{cri}");
+        std::fs::write(&main, v1("sandbox_image = \"x\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nsnapshotter = \"pullgate\"\n")).unwrap();
+        std::fs::write(d.path().join("site/sandbox.toml"), "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"]\nsandbox_image = \"reg/pause:v1\"\n").unwrap();
+        assert_eq!(ContainerdConfig::load(&main, Some("1.7.24")).unwrap().cri_snapshotter, None);
+        // A proxy plugin's section is replaced whole by every version.
+        std::fs::write(&main, "imports = [\"site/*.toml\"]\nversion = 3\n[proxy_plugins.pullgate]\ntype = \"snapshot\"\naddress = \"/a.sock\"\n").unwrap();
+        std::fs::write(d.path().join("site/sandbox.toml"), "version = 3\n[proxy_plugins.pullgate]\naddress = \"/b.sock\"\n").unwrap();
+        for version in [Some("2.1.4"), Some("1.7.24"), Some(""), None] {
+            let c = ContainerdConfig::load(&main, version).unwrap();
+            assert_eq!(c.proxy_plugins.get("pullgate").map(|p| p.0.as_str()), Some(""), "{version:?}: {:?}", c.proxy_plugins);
+        }
     }
 
     #[test]

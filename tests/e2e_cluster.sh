@@ -164,6 +164,17 @@ node_up() {
     fragment() { printf 'version = %s\n' "$([ "$1" = 1.x ] && echo 2 || echo 3)"; }
     containerd_cri_config "$V" "" "$PAUSE" "$HOSTS" ) || return 1
   sed '/^\[grpc\]$/,/^  address = /d' "$N/containerd/config.toml" > "$N/etc/containerd/config.toml"
+  # On containerd 2.x, node a's sandbox image is set in a file its config imports from outside
+  # /etc/containerd (the installer's pod mounts /etc/containerd only): the main file names an
+  # image that does not exist, which the import overrides. Only a reading on the host finds the
+  # right one. (containerd 1.x replaces a plugin's whole section with an imported one, so there
+  # the import would carry all of CRI's settings, pullgate's snapshotter setting among them.)
+  if [ "$n" = a ] && [ "${V%%.*}" = 2 ]; then
+    mkdir -p "$N/etc/containerd-site"
+    printf 'version = 3\n[plugins."io.containerd.cri.v1.images".pinned_images]\n  sandbox = "%s"\n' "$PAUSE" > "$N/etc/containerd-site/sandbox.toml"
+    { echo 'imports = ["/etc/containerd-site/*.toml"]'; sed "s#$PAUSE#$REG_pub/k8s/no-such-sandbox:v1#" "$N/etc/containerd/config.toml"; } > "$N/config.tmp"
+    mv "$N/config.tmp" "$N/etc/containerd/config.toml"
+  fi
   # A network configuration, so that CRI reports the pod network ready and kubelet the node Ready
   # (the scheduler places pods on Ready nodes only). Only host-network pods run: CNI is never
   # called, and its plugin binaries are not needed.
@@ -182,6 +193,8 @@ $(kube_sysctl_binds "$WORK/sysctl")
 touch $N/ns-ready
 exec sleep 1000000" >>"$N/ns.log" 2>&1 &
   HOLDER[$n]=$!; PIDS+=($!); disown "$!"   # (its end, a SIGKILL at cleanup, is not reported)
+  # What stands for the node's PID 1 to the installer (its PULLGATE_HOST_EXEC, below).
+  echo "${HOLDER[$n]}" > "$N/run/pullgate/node.pid"
   wait_for 10 test -e "$N/ns-ready" || { echo "node $n: its mount namespace was not set up: $(cat "$N/ns.log")"; return 1; }
   node_containerd "$n" || return 1
   _NODE=$n _KEP=$kep
@@ -302,8 +315,8 @@ wait_for 60 no_pods && pass "the baseline's pods are gone" || fail "pods left: $
 
 log "1. pullgate installed by its DaemonSet"
 # The installer's image: the release tarball (scripts/release.sh, from this tree) unpacked at
-# /opt/pullgate, on busybox (tests/mkimage.py's base) with the C library its binaries and the
-# node's containerd link, as a distribution's base image would carry it.
+# /opt/pullgate, on busybox (tests/mkimage.py's base) with the C library its binaries link, as a
+# distribution's base image would carry it.
 installer_image() {
   local rel=$WORK/release args=() f
   PULLGATE_RELEASE_DIR=$rel "$REPO/scripts/release.sh" >"$WORK/release.log" 2>&1 || { tail -20 "$WORK/release.log"; return 1; }
@@ -314,7 +327,7 @@ installer_image() {
   done < <(cd "$REL" && find . -type f | sed 's#^\./##' | sort)
   while read -r f; do
     args+=(--file "$f=$(readlink -f "$f"):755")
-  done < <(ldd "$REL/pullgate" "$BINDIR/containerd" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*\.so/ {print $1}' | sort -u)
+  done < <(ldd "$REL/pullgate" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*\.so/ {print $1}' | sort -u)
   mk "$WORK/installer" --tag v1 --all-applets --message "pullgate installer" --cmd /opt/pullgate/plugin/daemonset/install.sh "${args[@]}"
 }
 installer_image && pass "the installer's image built from the release tarball ($(basename "$REL"))" || fail "build the installer's image"
@@ -343,17 +356,20 @@ node_init() {
 }
 for n in "${NODES[@]}"; do node_init "$n" & PIDS+=($!); done
 RESTART='touch /run/pullgate/restart-request; while [ -e /run/pullgate/restart-request ]; do sleep 1; done'
-# The shipped DaemonSet, but for the image, the restart command and where the node's containerd
-# binary is; pullgate's config (the ConfigMap) with this run's registry trust and debug logs.
+# The shipped DaemonSet, but for the image, the restart command, where the node's containerd
+# binary is and how to enter the node's mount namespace (the process that holds it stands for
+# the node's PID 1); pullgate's config (the ConfigMap) with this run's registry trust and debug
+# logs.
 sed -e "s#image: registry.example/pullgate-installer:.*#image: $INSTALLER#" \
-    -e "s#^          value: \"nsenter --target 1 .*#          value: '$RESTART'#" \
-    -e "s#{path: /usr/bin, type: Directory}#{path: $BINDIR, type: Directory}#" \
+    -e "s#^          value: \"nsenter --target 1 --mount --uts .*#          value: '$RESTART'#" \
+    -e "s#^          value: /usr/bin/containerd#          value: $BINDIR/containerd#" \
+    -e "s#^          value: \"nsenter --target 1 --mount --\"#          value: 'nsenter --target \$(cat /run/pullgate/node.pid) --mount --'#" \
     -e '/name: PULLGATE_PULL_FLAGS/{n;s#value: ""#value: "--plain-http"#}' \
     -e "/name: PULLGATE_PRELOAD\$/{n;s#value: \"\"#value: \"$PRELOADED\"#}" \
     -e "s#^    containerd_address = \"/run/containerd/containerd.sock\"#&\n    log_level = \"debug\"\n\n    [registry]\n    hosts_dir = \"$HOSTS\"#" \
     "$REPO/plugin/daemonset/pullgate-installer.yaml" > "$WORK/installer.yaml"
-check "the DaemonSet adapted: image, restart command, containerd's directory, plain http for the sandbox image, an image to preload, registry trust (6 changes)" \
-  test "$(diff "$REPO/plugin/daemonset/pullgate-installer.yaml" "$WORK/installer.yaml" | grep -c '^>')" = 9
+check "the DaemonSet adapted: image, restart command, containerd's binary, the host's mount namespace, plain http for the sandbox image, an image to preload, registry trust (7 changes)" \
+  test "$(diff "$REPO/plugin/daemonset/pullgate-installer.yaml" "$WORK/installer.yaml" | grep -c '^>')" = 10
 check "the Secret of the preloaded image's credential (alice's)" \
   kc -n kube-system create secret docker-registry pullgate-preload-auth --docker-server "$REG_t" --docker-username alice --docker-password "$PW_ALICE"
 sha_host_config=$(sha256sum /etc/containerd/config.toml 2>/dev/null)
@@ -374,6 +390,8 @@ for n in "${NODES[@]}"; do
   check_out "node $n: its init loop started pullgate and restarted containerd once" "started pullgate" cat "$N/init.log"
   check_out "node $n: pullgate serves (its API lists namespace k8s.io's grants)" NAMESPACE "$PG_BIN" --address "$N/run/pullgate/api.sock" grants -n k8s.io
   check_out "node $n: the installer's log shows the installation" "pullgate-installer on pg-$n: installed pullgate" pod_log "$n" kube-system "${inst#pod/}" install
+  check_out "node $n: the installer found the sandbox image in containerd's config as read on the node$([ "$n" = a ] && [ "${V%%.*}" = 2 ] && echo ", in a file it imports from outside /etc/containerd")" \
+    "the sandbox image $PAUSE pulled through pullgate" pod_log "$n" kube-system "${inst#pod/}" install
   check_out "node $n: the installer marked the operator's image preloaded in k8s.io" "private/preloaded:v1" "$PG_BIN" --address "$N/run/pullgate/api.sock" preload --list -n k8s.io
   check_out "node $n: its log says so" "$PRELOADED marked preloaded in k8s.io" pod_log "$n" kube-system "${inst#pod/}" install
   check_out "node $n: and that the ConfigMap's policy (AlwaysVerify) does not count marks" \

@@ -7,7 +7,9 @@
 #   2. merges pullgate's settings into containerd's config (`pullgate containerd-config`, which
 #      runs the node's containerd on the merged file and refuses, writing nothing, unless
 #      containerd reads pullgate as its only snapshotter): a refusal ends the pod in error, the
-#      node's containerd and kubelet as they were;
+#      node's containerd and kubelet as they were. This and every reading of containerd's
+#      config run on the host (PULLGATE_HOST_EXEC, a command that enters the host's mount
+#      namespace), so that the files it imports are read wherever they are on the host;
 #   3. removes the node-bootstrap link at pullgate's CRI socket (docs/cluster.md: kubelet's
 #      endpoint is pullgate's socket from the node's first boot; until pullgate runs, that path
 #      is a symbolic link to containerd's socket);
@@ -37,6 +39,7 @@ CRI_SOCKET=${PULLGATE_CRI_SOCKET:-/run/pullgate/cri.sock}
 API_SOCKET=${PULLGATE_API_SOCKET:-/run/pullgate/api.sock}
 CONTAINERD_CONFIG=${CONTAINERD_CONFIG:-/etc/containerd/config.toml}
 CONTAINERD_BIN=${CONTAINERD_BIN:-/usr/bin/containerd}
+HOST_EXEC=${PULLGATE_HOST_EXEC:-}
 CONTENT_SHARING=${PULLGATE_CONTENT_SHARING:-}
 WAIT=${PULLGATE_RESTART_WAIT:-120}
 PULL_FLAGS=${PULLGATE_PULL_FLAGS:-}
@@ -60,6 +63,12 @@ answers() { "$BIN_DIR/pullgate" --address "$API_SOCKET" grants -n pullgate-insta
 # (-S follows a link: the CRI socket must be pullgate's own, not the bootstrap link.)
 own_cri_socket() { [ -S "$CRI_SOCKET" ] && [ ! -L "$CRI_SOCKET" ]; }
 
+# on_host CMD...: CMD in the host's mount namespace (HOST_EXEC; here when it is empty). CMD
+# names host paths: BIN_DIR, CONFIG and CONTAINERD_CONFIG are mounted at their own paths.
+on_host() {
+  if [ -n "$HOST_EXEC" ]; then sh -c "$HOST_EXEC \"\$@\"" on_host "$@"; else "$@"; fi
+}
+
 # place SRC DEST MODE: DEST becomes SRC's bytes (a rename of a copy beside it), unless it has them.
 place() {
   if [ -f "$2" ] && cmp -s "$1" "$2"; then return 0; fi
@@ -81,12 +90,13 @@ elif [ ! -f "$CONFIG" ]; then
 fi
 
 # 2. containerd's config
-case $("$CONTAINERD_BIN" --version | awk '{print $3}') in
+version=$(on_host "$CONTAINERD_BIN" --version) || die "cannot run the host's containerd ($CONTAINERD_BIN): $version"
+case $(echo "$version" | awk '{print $3}') in
   v1.*|1.*) flavour=1.x ;;
   v2.*|2.*) flavour=2.x ;;
-  *) die "cannot tell containerd's version from '$("$CONTAINERD_BIN" --version)'" ;;
+  *) die "cannot tell containerd's version from '$version'" ;;
 esac
-merge=$("$BIN_DIR/pullgate" containerd-config --file "$CONTAINERD_CONFIG" --config "$CONFIG" --containerd "$flavour" \
+merge=$(on_host "$BIN_DIR/pullgate" containerd-config --file "$CONTAINERD_CONFIG" --config "$CONFIG" --containerd "$flavour" \
   --containerd-bin "$CONTAINERD_BIN" ${CONTENT_SHARING:+--content-sharing "$CONTENT_SHARING"} 2>&1) \
   || die "pullgate containerd-config refused to merge into $CONTAINERD_CONFIG: $merge"
 echo "$merge"
@@ -120,7 +130,7 @@ fi
 own_cri_socket || die "$CRI_SOCKET is not pullgate's CRI socket: is [cri] enable = true, at that socket, in pullgate's config?"
 
 # 5. the sandbox image
-sandbox=${PULLGATE_SANDBOX_IMAGE:-$("$CONTAINERD_BIN" --config "$CONTAINERD_CONFIG" config dump 2>/dev/null \
+sandbox=${PULLGATE_SANDBOX_IMAGE:-$(on_host "$CONTAINERD_BIN" --config "$CONTAINERD_CONFIG" config dump 2>/dev/null \
   | sed -n "s/^ *sandbox\(_image\)\{0,1\} = [\"']\(.*\)[\"']\$/\2/p" | head -n 1)}
 [ -n "$sandbox" ] || die "containerd's config names no sandbox image (set PULLGATE_SANDBOX_IMAGE)"
 # shellcheck disable=SC2086
@@ -129,15 +139,17 @@ sandbox=${PULLGATE_SANDBOX_IMAGE:-$("$CONTAINERD_BIN" --config "$CONTAINERD_CONF
 say "the sandbox image $sandbox pulled through pullgate"
 # Images the operator names preloaded (credentials from docker's config in PRELOAD_AUTH only:
 # the sandbox image above is pulled without one).
+set -f  # (references are words, never file patterns)
 for ref in $PRELOAD; do
   # shellcheck disable=SC2086
   DOCKER_CONFIG=$PRELOAD_AUTH "$BIN_DIR/pullgate" --address "$API_SOCKET" preload -n k8s.io $PRELOAD_FLAGS "$ref" >/dev/null \
     || die "cannot mark $ref preloaded through pullgate (above)"
   say "$ref marked preloaded in k8s.io"
 done
+set +f
 
 # 6. the node as pullgate's doctor sees it
-"$BIN_DIR/pullgate" doctor --config "$CONFIG" --containerd-config "$CONTAINERD_CONFIG" || die "pullgate doctor found a problem (above)"
+on_host "$BIN_DIR/pullgate" doctor --config "$CONFIG" --containerd-config "$CONTAINERD_CONFIG" || die "pullgate doctor found a problem (above)"
 
 # 7. installed
 : > "$STAMP"
