@@ -80,14 +80,14 @@ printf '| %-62s | %7.3f s | %12s |\n' "for scale: the first pull through the fro
 printf 'front / straight: time %.2f, bytes %.2f\n' "$(echo "$tf / $td" | bc -l)" "$(echo "$(med "${B[front]}") / $(med "${B[direct]}")" | bc -l)"
 
 # CreateContainer: REPS containers of IMAGE in pod SID of NAMESPACE via VIA, each removed after,
-# each after an (untimed) ImageStatus of the image, as kubelet asks before it creates one;
-# prints the times.
+# as kubelet creates one: after an (untimed) ImageStatus of the image, by the image's ID with
+# the pod's own name for it; prints the times.
 creates() { # creates VIA NAMESPACE SID IMAGE TAG
-  local out cid t0 t1 times=""
+  local out cid t0 t1 times="" id
   for rep in $(seq 1 "$REPS"); do
-    "$1" ImageStatus "{\"image\":{\"image\":\"$4\"}}" >/dev/null
+    id=$("$1" ImageStatus "{\"image\":{\"image\":\"$4\"}}" | sed -n 's/.*"id":"\(sha256:[0-9a-f]*\)".*/\1/p')
     t0=$EPOCHREALTIME
-    out=$("$1" --pod "app:$2:uid-$2" CreateContainer "{\"pod_sandbox_id\":\"$3\",\"config\":{\"metadata\":{\"name\":\"$5-$rep\"},\"image\":{\"image\":\"$4\"},\"command\":[\"/bin/sh\",\"-c\",\"true\"],\"log_path\":\"c.log\"}}" 2>&1) \
+    out=$("$1" --pod "app:$2:uid-$2" CreateContainer "{\"pod_sandbox_id\":\"$3\",\"config\":{\"metadata\":{\"name\":\"$5-$rep\"},\"image\":{\"image\":\"$id\",\"user_specified_image\":\"$4\"},\"command\":[\"/bin/sh\",\"-c\",\"true\"],\"log_path\":\"c.log\"}}" 2>&1) \
       || echo "CreateContainer via $1 for $2 failed: $out" >&2
     t1=$EPOCHREALTIME; times+="$(elapsed "$t0" "$t1") "
     cid=$(sed -n 's/.*"container_id":"\([0-9a-f]*\)".*/\1/p' <<<"$out")
@@ -113,13 +113,14 @@ cd_=$(creates direct team-pub "$sidd" "$PUBIMG" pubd)
 # RunPodSandbox, ImageStatus of the container's image, CreateContainer, StartContainer (each pod
 # removed after, untimed); prints the times.
 podstarts() {
-  local sid out cid t0 times="" ok
+  local sid out cid t0 times="" ok id
   for rep in $(seq 1 "$REPS"); do
     local pod="app:team-start:uid-start-$1-$rep"
     t0=$EPOCHREALTIME; ok=1
     sid=$("$1" --pod "$pod" RunPodSandbox '{}' | sed -n 's/.*"pod_sandbox_id":"\([0-9a-f]*\)".*/\1/p')
-    "$1" ImageStatus "{\"image\":{\"image\":\"$PUBIMG\"}}" >/dev/null || ok=0
-    out=$("$1" --pod "$pod" CreateContainer "{\"pod_sandbox_id\":\"$sid\",\"config\":{\"metadata\":{\"name\":\"c\"},\"image\":{\"image\":\"$PUBIMG\"},\"command\":[\"/bin/sh\",\"-c\",\"sleep 60\"],\"log_path\":\"c.log\"}}" 2>&1) || ok=0
+    id=$("$1" ImageStatus "{\"image\":{\"image\":\"$PUBIMG\"}}" | sed -n 's/.*"id":"\(sha256:[0-9a-f]*\)".*/\1/p')
+    [ -n "$id" ] || ok=0
+    out=$("$1" --pod "$pod" CreateContainer "{\"pod_sandbox_id\":\"$sid\",\"config\":{\"metadata\":{\"name\":\"c\"},\"image\":{\"image\":\"$id\",\"user_specified_image\":\"$PUBIMG\"},\"command\":[\"/bin/sh\",\"-c\",\"sleep 60\"],\"log_path\":\"c.log\"}}" 2>&1) || ok=0
     cid=$(sed -n 's/.*"container_id":"\([0-9a-f]*\)".*/\1/p' <<<"$out")
     "$1" StartContainer "{\"container_id\":\"$cid\"}" >/dev/null || ok=0
     times+="$(elapsed "$t0" "$EPOCHREALTIME") "

@@ -49,7 +49,10 @@ pub fn to_look_up<'a>(names: impl Iterator<Item = &'a String>, asked: Option<&st
         if taken.is_none_or(|t| key(n) < key(t)) {
             taken = Some(n);
         }
-        let bucket = match asked.is_some() && Reference::parse(n).ok().map(|r| r.origin()).as_deref() == asked {
+        // (Parsed only when it starts with the asked origin: a name of that repository spelt
+        // otherwise, which CRI's normal form does not list, is merely asked later.)
+        let of_it = asked.is_some_and(|a| n.starts_with(a) && Reference::parse(n).ok().map(|r| r.origin()).as_deref() == Some(a));
+        let bucket = match of_it {
             true => &mut of_asked,
             false => &mut rest,
         };
