@@ -258,7 +258,7 @@ impl ContainerdConfig {
             }
             let v = read(&p)?;
             pending.extend(imports_of(&v, &p).map_err(|reason| DoctorError::Parse { path: p.clone(), reason })?);
-            let major = containerd.and_then(|c| c.trim_start_matches('v').split('.').next()?.parse::<u32>().ok());
+            let major = containerd.map(crate::pull::containerd::version_parts).filter(|v| *v != (0, 0, 0)).map(|(m, _, _)| m);
             let two_x = match major {
                 Some(m) => m >= 2,
                 None => merged.get("version").or(v.get("version")).and_then(toml::Value::as_integer).is_some_and(|n| n >= 3),

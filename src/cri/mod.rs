@@ -661,7 +661,7 @@ impl Front {
             }
         }
         let (calls, bytes_read) = counted.so_far();
-        tracing::debug!(image = %shown, names = image.repo_tags.len() + image.repo_digests.len(), containerd_calls = calls, bytes_read, status_reused = reused, "CRI CreateContainer: the image's names and documents looked up");
+        tracing::debug!(image = %shown, names = names_in(&image), containerd_calls = calls, bytes_read, status_reused = reused, "CRI CreateContainer: the image's names and documents looked up");
         Ok((config.rootfs().diff_ids().to_vec(), out))
     }
 

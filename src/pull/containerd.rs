@@ -113,7 +113,7 @@ fn shareable(labels: &HashMap<String, String>) -> bool {
 
 /// (major, minor, patch) of a containerd version as its Version call or `--version` prints it
 /// ("1.6.20", "v2.1.4", "1.7.24~ds1"); zeros for what cannot be read.
-fn version_parts(version: &str) -> (u32, u32, u32) {
+pub(crate) fn version_parts(version: &str) -> (u32, u32, u32) {
     let mut parts = version.trim().trim_start_matches('v').split(|c: char| !c.is_ascii_digit()).map(|p| p.parse().unwrap_or(0));
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
@@ -642,17 +642,10 @@ impl Containerd {
     /// A record that already points at `target` with `labels` is left as it is (no write), as
     /// containerd's CRI leaves it.
     pub async fn put_image(&self, name: &str, target: Descriptor, labels: HashMap<String, String>) -> Result<()> {
-        let req = containerd_client::services::v1::GetImageRequest { name: name.to_string() };
-        match ImagesClient::new(self.channel.clone()).get(self.req(req)).await {
-            Ok(r) => {
-                if let Some(old) = r.into_inner().image {
-                    if old.target.as_ref() == Some(&target) && labels.iter().all(|(k, v)| old.labels.get(k) == Some(v)) {
-                        return Ok(());
-                    }
-                }
+        if let Some(old) = self.image_record(name).await? {
+            if old.target.as_ref() == Some(&target) && labels.iter().all(|(k, v)| old.labels.get(k) == Some(v)) {
+                return Ok(());
             }
-            Err(s) if s.code() == Code::NotFound => {}
-            Err(s) => return Err(err(format!("get image {name}"))(s)),
         }
         let mut paths = vec!["target".to_string()];
         paths.extend(labels.keys().map(|k| format!("labels.{k}")));
@@ -684,9 +677,14 @@ impl Containerd {
 
     /// What image record `name` points at (None: no such record).
     pub async fn image_target(&self, name: &str) -> Result<Option<Descriptor>> {
+        Ok(self.image_record(name).await?.and_then(|i| i.target))
+    }
+
+    /// Image record `name` (None: no such record).
+    async fn image_record(&self, name: &str) -> Result<Option<Image>> {
         let req = containerd_client::services::v1::GetImageRequest { name: name.to_string() };
         match ImagesClient::new(self.channel.clone()).get(self.req(req)).await {
-            Ok(r) => Ok(r.into_inner().image.and_then(|i| i.target)),
+            Ok(r) => Ok(r.into_inner().image),
             Err(s) if s.code() == Code::NotFound => Ok(None),
             Err(s) => Err(err(format!("get image {name}"))(s)),
         }

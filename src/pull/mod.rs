@@ -1230,11 +1230,8 @@ impl Puller {
         // containerd keeps no snapshot without its parent, and the lease holding the top keeps
         // its parents from GC. One look instead of three per layer.
         if let Some(top) = chains.last() {
-            if cd.snapshot_exists(sn, top).await? {
-                cd.hold_snapshot(sn, top).await?;
-                if cd.snapshot_exists(sn, top).await? {
-                    return Ok(());
-                }
+            if Self::held_here(cd, sn, top).await? {
+                return Ok(());
             }
         }
         // Once a chain is missing here, so is every chain above it (containerd keeps no
@@ -1244,11 +1241,8 @@ impl Puller {
             let chain = &chains[i];
             // A chain found here is held, then looked for again: it stays until the image holds
             // it. One made below is made under the lease.
-            if !missing && cd.snapshot_exists(sn, chain).await? {
-                cd.hold_snapshot(sn, chain).await?;
-                if cd.snapshot_exists(sn, chain).await? {
-                    continue;
-                }
+            if !missing && Self::held_here(cd, sn, chain).await? {
+                continue;
             }
             missing = true;
             let parent = if i == 0 { "" } else { chains[i - 1].as_str() };
@@ -1301,6 +1295,15 @@ impl Puller {
             }
         }
         Ok(())
+    }
+
+    /// Whether `chain` is a snapshot of the namespace that stays: found, put under the pull's
+    /// lease, then found again (GC may take it between the first look and the hold).
+    async fn held_here(cd: &Containerd, sn: &str, chain: &str) -> Result<bool> {
+        Ok(cd.snapshot_exists(sn, chain).await? && {
+            cd.hold_snapshot(sn, chain).await?;
+            cd.snapshot_exists(sn, chain).await?
+        })
     }
 
     /// The image's blobs pullgate established as public: these very bytes were served by an
