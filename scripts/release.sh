@@ -30,6 +30,13 @@ name=pullgate-$version-linux-$arch
 # Built as scripts/setup.sh builds them, without SOURCE_DATE_EPOCH: the C parts' build scripts
 # (the cc crate) watch that variable, and a changed value would rebuild most of the tree.
 env -u SOURCE_DATE_EPOCH cargo build --release --locked --bin pullgate --bin pullgated
+# The test-only switches that turn defences off (cargo feature defence-off, src/defence.rs) must
+# not be in what is released: their variable's name is in a binary exactly when they are.
+for b in pullgate pullgated; do
+  if grep -qaF PULLGATE_DEFENCE_OFF "$target_dir/release/$b"; then
+    echo "release: target/release/$b was built with the test-only feature defence-off; build it again without" >&2; exit 1
+  fi
+done
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$here" log -1 --format=%ct)}
 export SOURCE_DATE_EPOCH
 

@@ -47,19 +47,31 @@ step() { printf '\n##### %s\n' "$*"; }
 failed=()
 # What failed, check by check, printed again at the very end (where a CI log's tail shows it).
 details=$(mktemp)
-# run_part NAME CMD...: runs one part of the suite, its output shown as it comes; when it fails,
-# NAME is counted as failed and its failed checks (else its last lines) kept for the end.
+# run_part NAME CMD...: runs one part of the suite, its output shown as it comes, and its time;
+# when it fails, or passes another number of checks than tests/passes pins for NAME, NAME is
+# counted as failed and its failed checks (else its last lines) kept for the end.
 # (Its output goes to a file that is shown as it grows, not through a pipe: a daemon a test
 # leaves behind would hold a pipe open and keep its reader waiting.)
 run_part() {
-  local name=$1 out pid; shift
-  out=$(mktemp)
+  local name=$1 out pid start got want; shift
+  out=$(mktemp); start=$(date +%s)
   "$@" > "$out" 2>&1 &
   pid=$!
   tail -n +1 -s 0.2 -f --pid="$pid" "$out"
-  if wait "$pid"; then rm -f "$out"; return 0; fi
+  if wait "$pid"; then
+    # Its "N passed, M failed" line (the last one) against the count pinned for it: a section
+    # that silently stops running, or checks that vanish, fail the part.
+    got=$(grep -oE '[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1 | cut -d' ' -f1) || got=
+    want=$(awk -F '\t' -v n="$name" '$1 == n {print $2}' tests/passes)
+    printf '(%s: %s s, %s passed, %s pinned in tests/passes)\n' "$name" "$(($(date +%s) - start))" "${got:-no count}" "${want:-none}"
+    if [ -n "$want" ] && [ "${got:--}" = "$want" ]; then rm -f "$out"; return 0; fi
+    failed+=("$name")
+    printf '\n--- %s\n  FAIL %s passed where tests/passes pins %s (a change in checks updates the pin)\n' "$name" "${got:-no count}" "${want:-nothing}" >> "$details"
+    rm -f "$out"; return 0
+  fi
+  printf '(%s: %s s, failed)\n' "$name" "$(($(date +%s) - start))"
   failed+=("$name")
-  { printf '\n--- %s\n' "$name"; grep -E '^ *FAIL ' "$out" | head -40 || tail -n 30 "$out"; } >> "$details"
+  { printf '\n--- %s\n' "$name"; if grep -qE '^ *FAIL ' "$out"; then grep -E '^ *FAIL ' "$out" | head -n 40; else tail -n 30 "$out"; fi; } >> "$details"
   rm -f "$out"
 }
 
@@ -125,6 +137,12 @@ for v in 1.6 1.7 2.1 2.4; do
   if [ "$v" = 1.6 ] || [ "$v" = 2.1 ]; then
     step "end to end: attacks on the trust model under containerd $v (shared content store)"
     run_part "e2e trust containerd $v shared" env CONTENT_POLICY=shared bash tests/e2e_trust.sh "$v"
+  fi
+  if [ "$v" = 2.1 ]; then
+    # The same attacks against pullgate-defence-off (the daemon built with the test-only cargo
+    # feature defence-off), one defence off at a time: each must succeed there.
+    step "positive controls: the trust model's attacks succeed against a test build with their defence off, under containerd $v"
+    run_part "controls containerd $v" bash -c "cargo build --release --locked --features defence-off --bin pullgate-defence-off 2>&1 | tail -n 1 && CONTROL=1 exec bash tests/e2e_trust.sh $v"
   fi
   if [ "$v" = 1.6 ] || [ "$v" = 2.1 ]; then
     step "end to end: a registry over mutual TLS, its hosts directory read as containerd reads it, under containerd $v"

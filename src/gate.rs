@@ -8,6 +8,7 @@
 //! unless the policy is NeverVerify. Any ledger read error denies. A refusal names only what
 //! the requester itself holds or asked for: never an image another tenant, or another
 //! principal of its namespace, pulled.
+use crate::defence::{off, Defence};
 use crate::ledger::{self, LayerRec};
 use crate::metastore::{LedgerRead, StoreError};
 use crate::reference::AllowPattern;
@@ -292,7 +293,7 @@ impl Gate {
     /// chainID(parent, hint) == target, which proves (as far as sha256 does) that the hint is
     /// the layer applied; then no protected layer has to be looked for.
     pub fn extract_hinted(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo, target: &str, hints: &[String]) -> Result<ChainInfo, GateError> {
-        if parent.unestablished && self.cfg.policy != Policy::NeverVerify {
+        if parent.unestablished && self.cfg.policy != Policy::NeverVerify && !off(Defence::UnestablishedParent) {
             return Err(self.deny(
                 s,
                 DenyReason::UnestablishedParent,
@@ -304,7 +305,7 @@ impl Gate {
         }
         let applied = self.applied_layer(tx, s.namespace, parent, target, hints, true)?;
         let layers: Vec<&str> = parent.diff_ids.iter().map(String::as_str).chain(applied.as_deref()).collect();
-        if !self.extract_covered(tx, s, parent, &layers)? {
+        if !off(Defence::Gate) && !self.extract_covered(tx, s, parent, &layers)? {
             let mut grants = GrantView::load_covering(tx, s.namespace, &layers)?;
             self.check_chain(tx, s, parent, applied.as_deref(), false, &mut grants)?;
         }
@@ -343,6 +344,9 @@ impl Gate {
     /// Use: a container rootfs or a view on top of `parent`, by `s.principal`. In a namespace
     /// that requires principals, a request without one may use public layers only.
     pub fn use_chain(&self, tx: &impl LedgerRead, s: &Subject, parent: &ChainInfo) -> Result<(), GateError> {
+        if off(Defence::Gate) {
+            return Ok(());
+        }
         let mut grants = GrantView::load_for(tx, s.namespace, s.principal, !self.cfg.require_principal.contains(s.namespace))?;
         match self.check_chain(tx, s, parent, None, true, &mut grants) {
             Err(GateError::Denied(mut d)) if s.principal.is_empty() && self.cfg.require_principal.contains(s.namespace) => {

@@ -17,6 +17,7 @@ pub mod credential;
 pub mod cri;
 pub mod crashpoint;
 pub mod daemon;
+pub mod defence;
 pub mod diffid;
 pub mod dockerconfig;
 pub mod document;

@@ -631,6 +631,17 @@ impl ReadTx {
     /// The committed snapshots pullgate's own pulls unpacked as chain `target` (in any
     /// namespace), with their records.
     pub fn own_with_chain(&self, target: &str) -> Result<Vec<(String, Record)>, StoreError> {
+        if crate::defence::off(crate::defence::Defence::OwnChains) {
+            // The positive control (test binary only): every snapshot labelled with the chain.
+            let mut all = Vec::new();
+            self.each_snapshot("", None, &mut |k, r| {
+                if r.labels.get(SNAPSHOT_REF_LABEL).map(String::as_str) == Some(target) {
+                    all.push((k.to_string(), r));
+                }
+                Ok(std::ops::ControlFlow::Continue(()))
+            })?;
+            return Ok(all);
+        }
         self.records_indexed(OWN_CHAIN_KEYS, target, "", "indexed as an own chain but missing")
     }
 

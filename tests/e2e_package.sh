@@ -137,6 +137,14 @@ for f in LICENSE README.md config.toml.example plugin/containerd-1.x.toml plugin
 done
 check "tarball's binaries are the release build's" bash -c "cmp '$X/$name/pullgate' '$target_dir/release/pullgate' && cmp '$X/$name/pullgated' '$target_dir/release/pullgated'"
 check_out "tarball's pullgate is version $version" "pullgate $version" "$X/$name/pullgate" --version
+# The positive controls' switches (cargo feature defence-off) leave their variable's name in a
+# binary built with them (shown on the test binary, when the suite built it), and in no
+# released one.
+if [ -x "$target_dir/release/pullgate-defence-off" ]; then
+  check "the test binary pullgate-defence-off holds the defence switches (PULLGATE_DEFENCE_OFF)" grep -qaF PULLGATE_DEFENCE_OFF "$target_dir/release/pullgate-defence-off"
+else na "the test binary pullgate-defence-off is not built here (the positive controls build it)"; fi
+check "neither released binary holds the test-only defence switches (no PULLGATE_DEFENCE_OFF in the tarball's)" \
+  bash -c 'for f; do [ -s "$f" ] || { echo "$f missing"; exit 1; }; grep -qaF PULLGATE_DEFENCE_OFF "$f"; [ $? -eq 1 ] || { echo "$f holds them"; exit 1; }; done' _ "$X/$name/pullgate" "$X/$name/pullgated"
 check "tarball's unit runs /usr/local/bin/pullgate (where docs/install.md installs the tarball's binaries)" \
   grep -qx 'ExecStart=/usr/local/bin/pullgate serve --config /etc/pullgate/config.toml' "$X/$name/plugin/pullgate.service"
 

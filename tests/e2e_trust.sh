@@ -20,9 +20,17 @@
 # tests/mkimage.py; driven by ctr and the pullgate CLI. Every setup step (pushes, the victims'
 # own pulls and runs, the attacker's preparation) passes on a pullgate without these defences
 # too, so that only the attack assertions fail there. About 30 s per containerd version.
-# Usage: tests/e2e_trust.sh VERSION
+# With CONTROL=1, the positive controls instead (after the same setup): the daemon is
+# target/release/pullgate-defence-off (cargo build --release --features defence-off --bin
+# pullgate-defence-off), restarted with one defence off at a time, and the attacks of sections
+# 1 (2.x), 2a, 2b, 3, 4 and 7 must succeed.
+# Usage: [CONTROL=1] tests/e2e_trust.sh VERSION
 source "$(dirname "$0")/lib.sh"
 V=${1:?usage: e2e_trust.sh 1.6|1.7|2.1|2.4}
+if [ -n "${CONTROL:-}" ]; then
+  PG_SERVE_BIN=$REPO/target/release/pullgate-defence-off
+  [ -x "$PG_SERVE_BIN" ] || { fail "$PG_SERVE_BIN is not built (cargo build --release --locked --features defence-off --bin pullgate-defence-off)"; summary "e2e trust, positive controls (containerd $V)"; exit 1; }
+fi
 trap cleanup EXIT
 PW_ALICE=alice-Trust-5v8n
 PW_BOB=bob-Trust-2k7w
@@ -139,6 +147,17 @@ fill_snapshot() {
   return $rc
 }
 
+# poison TAG NAME DIFFID: B prepares a parentless snapshot, fills it (busybox, /pwned, /msg),
+# commits it as NAME and labels it as if it were the unpacked chain DIFFID (a base layer's
+# chainID is its diffID). The labels are set after the commit: ctr's commit carries none.
+poison() {
+  local t=$1 name=$2 d=$3
+  check "$t: B prepares snapshot $name-key" snap B prepare "$name-key" ""
+  check "$t: B pins it (gc.root)" snap B label "$name-key" containerd.io/gc.root=attacker
+  check "$t: B mounts it and writes busybox, /pwned and /msg into it" fill_snapshot B "$name-key"
+  check "$t: B commits it as $name" snap B commit "$name" "$name-key"
+  check "$t: B labels $name $REFL=$d (the public image's base chain)" snap B label "$name" "$REFL=$d" containerd.io/gc.root=attacker
+}
 # The public image's layers are public (pulled anonymously) before anyone else pulls them:
 # PUBA's pull unpacks the shared base chain first, everyone else's pull adopts it.
 check "PUBA: pullgate pull (anonymous) of the public image" pg pull -n PUBA --plain-http "$PUB"
@@ -197,6 +216,76 @@ after_forged() {
   check_out "1$s: A still runs victim-1$s" "private app (victim 1$s)" run_img A "a1$s" "$REG_h/private/victim-1$s:v1"
 }
 
+# ---- the positive controls (CONTROL=1): each attack shown succeeding without its defence ----
+# pullgate-defence-off (the daemon built with the cargo feature defence-off, src/defence.rs)
+# restarted with one defence named in PULLGATE_DEFENCE_OFF; the same attacks as sections 1-4 and
+# 7 then succeed, which shows that their refusals in the normal run are that defence's doing.
+# defence_off NAME: restarts pullgate with defence NAME off (and only it); passes when its log
+# says so.
+defence_off() {
+  kill -TERM "$PG_PID" 2>/dev/null; wait "$PG_PID" 2>/dev/null
+  local from; from=$(wc -c < "$PG/log")
+  PULLGATE_DEFENCE_OFF=$1 start_pullgate "$PG" && wait_backend
+  check "control: pullgate-defence-off restarted with defence '$1' off (its log says so)" \
+    bash -c 'tail -c +"$(($2 + 1))" "$1" | grep -qxF "pullgate-defence-off: a test build; defences turned off (PULLGATE_DEFENCE_OFF): $3"' _ "$PG/log" "$from" "$1"
+}
+controls() {
+  log "control: the gate's grant check off (defence 'gate')"
+  defence_off gate
+  local hmd; hmd=$(layout_manifest "$WORK/priv")
+  check "control gate (7, 1): BC takes A's blobs by digest and imports them as stolen.example/app:v1" steal_image BC "$hmd" stolen.example/app:v1
+  check_out "control gate (7, 1): BC's run of A's image (adopted by digest) shows A's private /msg" "private app" run_img BC bc7 stolen.example/app:v1
+  case $V in
+    2.*) check "control gate (1d): plain ctr pull -n BC1d of B's forged image (containerd $V adopts the chains its config names)" \
+           ctr_ -n BC1d images pull --plain-http --snapshotter pullgate "${FORGED[d]}"
+         check_out "control gate (1d): BC1d's run of the forged image shows A's victim-1d /msg" "private app (victim 1d)" run_img BC1d bc1d "${FORGED[d]}" ;;
+    *) na "control gate (1d): containerd $V's ctr pull never adopts a chain (it applies B's own blobs, and containerd refuses their diffIDs)" ;;
+  esac
+
+  log "control: chains any client committed offered for adoption (defence 'own-chains')"
+  defence_off own-chains
+  local fresh std f3
+  fresh=$(layout_diffids "$WORK/pubfresh"); fresh=${fresh%%,*}
+  poison c2a cpoisoned "$fresh"
+  # Section 2's attacks meet two defences: with own-chains alone off, B's snapshot is adopted as
+  # the base chain, and the next unpack step onto it is refused by the unestablished-parent one.
+  check_err "control own-chains (2a): VC's pull adopts B's snapshot as its base and is refused on it by the unestablished-parent defence" \
+    "$DENIED \"VC\".*cannot tell which layer is being applied" pg pull -n VC --plain-http "$PUBFRESH"
+  f3=$(layout_diffids "$WORK/pub3"); f3=${f3%%,*}
+  check "control own-chains (3): B prepares 'extract-1 $f3'" snap B prepare "extract-1 $f3" ""
+  check "control own-chains (3): B labels it $REFL=<that chain> (and pins it)" snap B label "extract-1 $f3" "$REFL=$f3" containerd.io/gc.root=attacker
+  check "control own-chains (3): B mounts it and writes busybox, /pwned and /msg into it" fill_snapshot B "extract-1 $f3"
+  check "control own-chains (3): B commits it as $f3" snap B commit "$f3" "extract-1 $f3"
+  check "control own-chains (3): B labels the committed snapshot $REFL=$f3 (and pins it)" snap B label "$f3" "$REFL=$f3" containerd.io/gc.root=attacker
+  check "control own-chains (3): WC: pullgate pull of the public image" pg pull -n WC --plain-http "$PUB3"
+  check_out "control own-chains (3): WC's container shows B's /pwned" "$PWNED" run_cmd WC wc3 "$PUB3" sh -c 'cat /msg; cat /pwned'
+
+  log "control: both defences of section 2 off (own-chains and unestablished)"
+  defence_off own-chains,unestablished
+  check "control own-chains,unestablished (2a): VC2a: pullgate pull of the public image" pg pull -n VC2a --plain-http "$PUBFRESH"
+  check_out "control own-chains,unestablished (2a): VC2a's container shows B's /pwned" "$PWNED" run_cmd VC2a vc2a "$PUBFRESH" sh -c 'cat /msg; cat /pwned'
+  std=$(layout_diffids "$WORK/pub"); std=${std%%,*}
+  poison c2b cpoisoned2 "$std"
+  check "control own-chains,unestablished (2b): VC2b: plain ctr pull of the public image PUBA unpacked" ctr_ -n VC2b images pull --plain-http --snapshotter pullgate "$PUB"
+  check_out "control own-chains,unestablished (2b): VC2b's container shows B's /pwned" "$PWNED" run_cmd VC2b vc2b "$PUB" sh -c 'cat /msg; cat /pwned'
+
+  log "control: an unpack onto a parent pullgate cannot establish (defence 'unestablished')"
+  defence_off unestablished
+  local prot made t
+  prot=$(pg inspect "$HPRIV" | awk '/^  layer [0-9]+: .* protected$/ {print $5; exit}' | tr -d '()')
+  made=sha256:$(printf 'a chain B made up' | sha256sum | cut -d' ' -f1)
+  t=sha256:$(printf '%s %s' "$made" "$prot" | sha256sum | cut -d' ' -f1)
+  check "control unestablished (4): B prepares snapshot cx2 (no parent)" snap B prepare cx2 ""
+  check "control unestablished (4): B commits it as 'cmade-up-parent' (no chainID)" snap B commit cmade-up-parent cx2
+  check "control unestablished (4): B's Prepare('extract-3 chainID(made-up, A's protected diffID)', cmade-up-parent) is let through" \
+    snap B prepare "extract-3 $t" cmade-up-parent
+}
+if [ -n "${CONTROL:-}" ]; then
+  controls
+  summary "e2e trust, positive controls (containerd $V, ${CONTENT_POLICY:-isolated} content store, pullgate-defence-off)"
+  exit
+fi
+
 log "1a. pullgate pull -n B1a of the forged image from B's anonymous registry"
 check_err "1a: pullgate pull fails: the config's claims do not match the layers" "config claims" pg pull -n B1a --plain-http "${FORGED[a]}"
 check_no_grants "1a: no grant was recorded for B1a" B1a
@@ -230,17 +319,6 @@ settle_gc B1d
 after_forged d B1d
 
 log "2. snapshot poisoning: B fills a snapshot by hand and labels it snapshot.ref=<a public chain>"
-# poison TAG NAME DIFFID: B prepares a parentless snapshot, fills it (busybox, /pwned, /msg),
-# commits it as NAME and labels it as if it were the unpacked chain DIFFID (a base layer's
-# chainID is its diffID). The labels are set after the commit: ctr's commit carries none.
-poison() {
-  local t=$1 name=$2 d=$3
-  check "$t: B prepares snapshot $name-key" snap B prepare "$name-key" ""
-  check "$t: B pins it (gc.root)" snap B label "$name-key" containerd.io/gc.root=attacker
-  check "$t: B mounts it and writes busybox, /pwned and /msg into it" fill_snapshot B "$name-key"
-  check "$t: B commits it as $name" snap B commit "$name" "$name-key"
-  check "$t: B labels $name $REFL=$d (the public image's base chain)" snap B label "$name" "$REFL=$d" containerd.io/gc.root=attacker
-}
 FRESH=$(layout_diffids "$WORK/pubfresh"); FRESH=${FRESH%%,*}
 log "2a. the public image was never pulled by anyone"
 poison 2a poisoned "$FRESH"

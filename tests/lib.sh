@@ -328,10 +328,11 @@ TOML
   return 0
 }
 
-# start_pullgate DIR: (re)starts pullgate serving from DIR; sets PG_PID.
+# start_pullgate DIR: (re)starts pullgate serving from DIR; sets PG_PID. The daemon is
+# PG_SERVE_BIN when set (the positive controls' pullgate-defence-off), else PG_BIN.
 start_pullgate() {
   local d=$1; [ -f "$d/config.toml" ] || pullgate_config "$d"
-  "$PG_BIN" serve --config "$d/config.toml" >>"$d/log" 2>&1 &
+  "${PG_SERVE_BIN:-$PG_BIN}" serve --config "$d/config.toml" >>"$d/log" 2>&1 &
   PG_PID=$!; PIDS+=($PG_PID)
   wait_for 20 test -S "$d/snapshotter.sock" || { echo "pullgate did not start:"; cat "$d/log"; return 1; }
 }
