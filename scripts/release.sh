@@ -33,9 +33,12 @@ env -u SOURCE_DATE_EPOCH cargo build --release --locked --bin pullgate --bin pul
 # The test-only switches that turn defences off (cargo feature defence-off, src/defence.rs) must
 # not be in what is released: their variable's name is in a binary exactly when they are.
 for b in pullgate pullgated; do
-  if grep -qaF PULLGATE_DEFENCE_OFF "$target_dir/release/$b"; then
-    echo "release: target/release/$b was built with the test-only feature defence-off; build it again without" >&2; exit 1
-  fi
+  grep -qaF PULLGATE_DEFENCE_OFF "$target_dir/release/$b" && rc=0 || rc=$?
+  case $rc in
+    1) ;;
+    0) echo "release: target/release/$b was built with the test-only feature defence-off; build it again without" >&2; exit 1 ;;
+    *) echo "release: cannot read target/release/$b" >&2; exit 1 ;;
+  esac
 done
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$here" log -1 --format=%ct)}
 export SOURCE_DATE_EPOCH

@@ -388,3 +388,93 @@ fn every_database_table_is_in_the_changelog() {
     let missing: Vec<&String> = tables.iter().filter(|t| !changelog.contains(&format!("`{t}`"))).collect();
     assert!(missing.is_empty(), "tables CHANGELOG.md does not name: {missing:?}");
 }
+
+/// Every test the threat model's table names exists: each script named with its section numbers
+/// (`tests/e2e_cri.sh` 5e, 5h) has those sections (a `log "N.` heading, or checks described
+/// `"N: ...`), and each Rust test function named in parentheses (a name ending in `...` is a
+/// prefix) is defined in src/ or tests/. A row whose test was renamed or removed fails here.
+#[test]
+fn every_test_the_threat_model_names_exists() {
+    let doc = std::fs::read_to_string(root().join("docs/threat-model.md")).expect("threat model");
+    let script_ref = regex::Regex::new(r"`(tests/[a-z0-9_]+\.sh)`((?:,? [0-9]+[a-z]?\b)*)").expect("regex");
+    let fn_ref = regex::Regex::new(r"`([a-z][a-z0-9_]{8,})(\.\.\.)?`").expect("regex");
+    let parens = regex::Regex::new(r"\(([^()]*)\)").expect("regex");
+    let mut rust = String::new();
+    for dir in ["src", "tests"] {
+        for e in walkdir::WalkDir::new(root().join(dir)).into_iter().filter_map(Result::ok) {
+            if e.path().extension().is_some_and(|x| x == "rs") {
+                rust.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    let (mut missing, mut sections, mut functions) = (Vec::new(), 0, 0);
+    let table = doc.lines().skip_while(|l| !l.starts_with("| attack |")).take_while(|l| l.starts_with('|'));
+    for row in table.skip(2) {
+        // The cells that name tests: the test column and the control column.
+        let cells: Vec<&str> = row.split(" | ").collect();
+        let named = cells.get(2..).map(|c| c.join(" | ")).unwrap_or_default();
+        for c in script_ref.captures_iter(&named) {
+            let script = std::fs::read_to_string(root().join(&c[1])).unwrap_or_else(|_| panic!("{} (named in the threat model) exists", &c[1]));
+            for n in c[2].split([',', ' ']).filter(|t| !t.is_empty()) {
+                sections += 1;
+                let heading = format!("log \"{n}.");
+                let described = format!("\"{n}: ");
+                if !script.contains(&heading) && !script.contains(&described) {
+                    missing.push(format!("{} has no section {n}", &c[1]));
+                }
+            }
+        }
+        let in_parentheses: Vec<&str> = parens.captures_iter(&named).filter_map(|c| c.get(1)).map(|m| m.as_str()).collect();
+        for c in in_parentheses.iter().flat_map(|p| fn_ref.captures_iter(p)) {
+            let name = &c[1];
+            if !name.contains('_') {
+                continue;
+            }
+            functions += 1;
+            let found = match c.get(2) {
+                Some(_) => rust.contains(&format!("fn {name}")),
+                None => rust.contains(&format!("fn {name}(")),
+            };
+            if !found {
+                missing.push(format!("no test function {name}"));
+            }
+        }
+    }
+    assert!(sections > 50 && functions > 20, "the table names {sections} sections and {functions} functions: the parser missed the table");
+    assert!(missing.is_empty(), "the threat model names tests that do not exist:\n{}", missing.join("\n"));
+}
+
+/// Every synopsis in a `text` block (a line `pullgate SUBCOMMAND [-n NS] [--flag ...] ...`, as
+/// docs/using.md lists them) names a subcommand pullgate has and only options that subcommand
+/// takes: a flag renamed or removed fails here, as in the `sh` blocks above.
+#[test]
+fn every_synopsis_names_options_that_exist() {
+    let cli = Cli::command();
+    let option = regex::Regex::new(r"(?:^|[\s\[|(])(--?[A-Za-z][A-Za-z0-9-]*)").expect("regex");
+    let (mut seen, mut wrong) = (0, Vec::new());
+    for block in blocks_of("text") {
+        for (i, line) in block.text.lines().enumerate() {
+            let mut words = line.split_whitespace();
+            let (Some(program), Some(sub)) = (words.next(), words.next()) else { continue };
+            if program != "pullgate" {
+                continue;
+            }
+            // Output that begins with the program's name ("pullgate denied ...") is not a synopsis.
+            let Some(cmd) = cli.find_subcommand(sub) else { continue };
+            seen += 1;
+            let rest = &line[line.find(sub).map(|p| p + sub.len()).unwrap_or(0)..];
+            for c in option.captures_iter(rest) {
+                let flag = &c[1];
+                let known = cmd.get_arguments().any(|a| match flag.strip_prefix("--") {
+                    Some(long) => a.get_long() == Some(long) || a.get_all_aliases().is_some_and(|al| al.contains(&long)),
+                    None => flag.len() == 2 && a.get_short() == flag.chars().nth(1),
+                }) || matches!(flag, "-h" | "--help");
+                if !known {
+                    wrong.push(format!("{}:{}: pullgate {sub} has no option {flag}", block.file.display(), block.line + 1 + i));
+                }
+            }
+        }
+    }
+    assert!(seen >= 10, "found {seen} synopses in text blocks: the reader missed them");
+    assert!(wrong.is_empty(), "synopses name options that do not exist:\n{}", wrong.join("\n"));
+}

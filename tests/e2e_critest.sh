@@ -17,8 +17,8 @@
 # containerd's shim at times dies at a sandbox's start, "ttrpc: closed"); each run's retries are
 # printed, and a spec that passed on its first attempt in the baseline but needed a retry
 # directly or through the front fails the test.
-# The front must have decided: grants recorded for critest's pods (principal: the pod's
-# Kubernetes namespace, cri-test-namespace...) while it ran, and no "pullgate refused".
+# The front must have decided: each CreateContainer containerd received in the front run
+# admitted by the front once, nothing refused, and each PullImage a grant (critest's pods' listed).
 # Images: every image critest names is built from busybox-static (tests/mkimage.py) with what its
 # specs check, and served by a local registry under its upstream name (hosts.toml for gcr.io,
 # registry.k8s.io and k8s.gcr.io naming that registry; containerd and pullgate read them).
@@ -259,6 +259,7 @@ kill "$BASE_PID" 2>/dev/null; wait "$BASE_PID" 2>/dev/null
 run_critest direct "$CTRD_SOCK" "$CTRD_SOCK"
 ctr_ -n k8s.io leases create --id settle-direct >/dev/null 2>&1 && ctr_ -n k8s.io leases delete --sync settle-direct >/dev/null 2>&1
 front_log_from=$(($(stat -c %s "$PG/log") + 1))
+front_ctrd_from=$(($(stat -c %s "$WORK/containerd/log") + 1))
 run_critest front "$PG/cri.sock" "$CTRD_SOCK"
 
 log "critest: containerd alone (baseline) vs pullgate's snapshotter (direct) vs pullgate's front"
@@ -302,15 +303,32 @@ for r in direct front; do
   check "$r needs no retry where containerd alone passed on the first attempt" test -z "$late"
 done
 
-# The front decided: grants for critest's pods (principal: the pod's Kubernetes namespace) while
-# it ran, and it refused none.
-front_grants=$(tail -c +"$front_log_from" "$PG/log" | grep 'grant recorded' | grep -c 'principal=cri-test-namespace')
+# The front decided: every CreateContainer containerd received in the front run (its CRI's "for
+# container" lines) was admitted by the front ("CRI CreateContainer admitted"), one admission
+# each, and containerd created containers; nothing was refused (neither the front's refusals
+# nor the snapshotter's "pullgate denied"); every PullImage the front served recorded one grant,
+# and critest's pods' grants (principal: the pod's Kubernetes namespace) are listed at the end.
+# (How many pulls carry a pod varies from run to run: ginkgo orders the specs at random, and an
+# image already present is not pulled again.)
+front_pg=$(tail -c +"$front_log_from" "$PG/log")
+front_ctrd=$(tail -c +"$front_ctrd_from" "$WORK/containerd/log")
+started=$(grep -c 'CreateContainer within sandbox .* for container ' <<<"$front_ctrd")
+created=$(grep -c 'CreateContainer within sandbox .* returns container id' <<<"$front_ctrd")
+admitted=$(grep -c 'CRI CreateContainer admitted' <<<"$front_pg")
+refused=$(grep -cE 'CRI CreateContainer refused|pullgate denied' <<<"$front_pg")
+pulls=$(grep -c 'CRI PullImage' <<<"$front_pg")
+pod_pulls=$(grep 'CRI PullImage' <<<"$front_pg" | grep -c 'principal=cri-test-namespace')
+grants=$(grep -c 'grant recorded' <<<"$front_pg")
+front_grants=$(grep 'grant recorded' <<<"$front_pg" | grep -c 'principal=cri-test-namespace')
 listed=$("$PG_BIN" grants --all --address "$PG/api.sock" 2>&1); rc=$?
 listed_pods=$(awk 'NR > 1 && $2 ~ /^cri-test-namespace/' <<<"$listed" | wc -l)
-echo "  grants recorded for critest's pods during the front run: $front_grants (log); listed at the end: $listed_pods (pullgate grants --all, rc=$rc)"
-check "the front recorded grants for critest's pods" test "$front_grants" -gt 0
-check "pullgate grants --all lists grants of critest's pods" test "$rc" -eq 0 -a "$listed_pods" -gt 0
-refused=$(grep -c 'pullgate refused' "$PG/log")
-[ "$refused" -gt 0 ] && grep 'pullgate refused' "$PG/log" | head -5 | cut -c1-400 | sed 's/^/    /'
-check "pullgate refused nothing critest asked for (\"pullgate refused\": $refused in the log)" test "$refused" -eq 0
+echo "  front run: containerd received $started CreateContainer (created $created), the front admitted $admitted, refused $refused; $pulls PullImage ($pod_pulls by critest's pods), $grants grants recorded ($front_grants for the pods), $listed_pods listed at the end (rc=$rc)"
+check "containerd created containers in the front run ($created of $started)" test "$created" -gt 0
+check "the front admitted each CreateContainer containerd received, once ($admitted admissions for $started)" test "$admitted" -eq "$started"
+[ "$refused" -gt 0 ] && grep -E 'CRI CreateContainer refused|pullgate denied' <<<"$front_pg" | head -5 | cut -c1-400 | sed 's/^/    /'
+check "pullgate refused nothing critest asked for through the front ($refused refusals in its log)" test "$refused" -eq 0
+check "each PullImage the front served recorded one grant ($grants grants for $pulls pulls)" test "$pulls" -gt 0 -a "$grants" -eq "$pulls"
+check "critest's pods pulled through the front, each pull a grant of its pod's namespace ($front_grants grants for $pod_pulls pulls)" \
+  test "$pod_pulls" -gt 0 -a "$front_grants" -eq "$pod_pulls"
+check "pullgate grants --all lists each of those grants ($listed_pods of $front_grants, rc=$rc)" test "$rc" -eq 0 -a "$listed_pods" -eq "$front_grants"
 summary "critest (containerd $V): $pb passed under containerd alone, $(count direct passed) directly, $(count front passed) through pullgate's front"

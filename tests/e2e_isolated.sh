@@ -347,23 +347,38 @@ for d in $RECOMP; do grep -qxF "$d" <<<"$listed" && leaked+="$d "; done
 check "none of its blobs (public layer IDs, private bytes) is in the public namespace (listing rc=$rc; ${leaked:-none})" test $rc -eq 0 -a -z "$leaked"
 # steal NS DIGEST FILE: what a namespace that proved nothing can take of a blob by digest: an
 # empty ingest with the expected digest and size (as an attacker's manifest names them), then a
-# content get into FILE. Succeeds if either did: an empty ingest of a blob that is not empty
-# succeeds only when containerd adopted it from a shareable namespace (what it adopted may be
-# collected before the get, as ctr's ingest holds it under a lease of the command's own).
+# content get into FILE. Returns 0 if either worked (an empty ingest of a blob that is not empty
+# succeeds only when containerd adopted it from a shareable namespace; what it adopted may be
+# collected before the get, as ctr's ingest holds it under a lease of the command's own); 3 when
+# refused as containerd refuses it (the ingest's commit fails on its size or digest, and the get
+# finds no such content); 4, saying why, on anything else (a broken command is not a refusal).
 steal() {
-  local size irc; size=$(find "$WORK" -path "*/blobs/sha256/${2#sha256:}" -printf '%s\n' -quit)
-  ctr_ -n "$1" content ingest --expected-digest "$2" --expected-size "${size:?no layout holds $2}" "steal-$2" <"$WORK/empty" >/dev/null 2>&1; irc=$?
-  ctr_ -n "$1" content get "$2" >"$3" 2>/dev/null || [ $irc -eq 0 ]
+  local size ingest irc got grc
+  size=$(find "$WORK" -path "*/blobs/sha256/${2#sha256:}" -printf '%s\n' -quit)
+  [ -n "$size" ] || { echo "steal: no layout holds $2"; return 4; }
+  ingest=$(ctr_ -n "$1" content ingest --expected-digest "$2" --expected-size "$size" "steal-$2" <"$WORK/empty" 2>&1 >/dev/null); irc=$?
+  got=$(ctr_ -n "$1" content get "$2" 2>&1 >"$3"); grc=$?
+  if [ $grc -eq 0 ] || [ $irc -eq 0 ]; then return 0; fi
+  if grep -qi "not found" <<<"$got" && grep -qiE "unexpected (commit )?(size|digest)|failed precondition" <<<"$ingest"; then return 3; fi
+  echo "steal: not a refusal: ingest rc=$irc: $(head -c 300 <<<"$ingest"); get rc=$grc: $(head -c 300 <<<"$got")"; return 4
 }
+if [ "$V" != 1.6 ]; then
+  # The positive control: the same steal of a public blob, held in pullgate's public namespace
+  # (shareable), works; so the refusals below are the isolated store's, not a broken steal.
+  pubd=$(awk '{print $1}' <<<"$PUBLIC")
+  steal QC "$pubd" "$WORK/qc-pub"; rc=$?
+  check "control: QC's steal of a public blob (held in the shareable public namespace) gets it (rc=$rc), every byte" \
+    test "$rc" -eq 0 -a "sha256:$(sha256sum < "$WORK/qc-pub" | cut -d' ' -f1)" = "$pubd"
+fi
 steal Q "$(awk '{print $1}' <<<"$RECOMP")" "$WORK/q-recomp"; rc=$?
-check "Q is refused its base layer's blob by an ingest with its digest (rc=$rc) and got no byte of it ($(wc -c <"$WORK/q-recomp"))" test $rc -ne 0 -a ! -s "$WORK/q-recomp"
+check "Q is refused its base layer's blob by an ingest with its digest (rc=$rc: 3 is containerd's refusal) and got no byte of it ($(wc -c <"$WORK/q-recomp"))" test $rc -eq 3 -a ! -s "$WORK/q-recomp"
 listed=$(ctr_ -n "$PUBNS" content ls -q 2>&1); rc=$?
 leaked=""
 for d in $PRIVATE; do grep -qxF "$d" <<<"$listed" && leaked+="$d "; done
 check "no private blob of the application is in the public namespace (listing rc=$rc; ${leaked:-none})" test $rc -eq 0 -a -z "$leaked"
 top=$(awk '{print $NF}' <<<"$APP_BLOBS")
 steal Q "$top" "$WORK/q-top"; rc=$?
-check "Q, which proved nothing, is refused the application's own top layer (rc=$rc) and got none of its bytes ($(wc -c <"$WORK/q-top"))" test $rc -ne 0 -a ! -s "$WORK/q-top"
+check "Q, which proved nothing, is refused the application's own top layer (rc=$rc: 3 is containerd's refusal) and got none of its bytes ($(wc -c <"$WORK/q-top"))" test $rc -eq 3 -a ! -s "$WORK/q-top"
 before=$(in_pubns)
 out=$(pg pull -n "$PUBNS" "${REGF[@]}" --user "alice:$PW_ALICE" "$REG_t/private/onbase:v1" 2>&1); rc=$?
 check "a pull into pullgate's public namespace is refused (rc=$rc)" test $rc -ne 0
@@ -417,7 +432,7 @@ if [ "$V" != 1.6 ]; then
     grep -qE "namespace $PUBNS holds [0-9]+ blob\(s\) that pullgate did not establish as public" "$PG/log"
   check "(the top layer is still there)" grep -qxF "$top" <<<"$(ctr_ -n "$PUBNS" content ls -q)"
   steal Q2 "$top" "$WORK/q2-top"; rc=$?
-  check "Q2, which proved nothing, is refused that layer by an ingest with its digest (rc=$rc) and got none of its bytes ($(wc -c <"$WORK/q2-top"))" test $rc -ne 0 -a ! -s "$WORK/q2-top"
+  check "Q2, which proved nothing, is refused that layer by an ingest with its digest (rc=$rc: 3 is containerd's refusal) and got none of its bytes ($(wc -c <"$WORK/q2-top"))" test $rc -eq 3 -a ! -s "$WORK/q2-top"
   # (ctr's import names the image twice: the index's name, and its own from the layout's tag.)
   imported=$(ctr_ -n "$PUBNS" images ls -q)
   check "the client's images removed from $PUBNS ($(wc -w <<<"$imported"))" ctr_ -n "$PUBNS" images rm --sync $imported
