@@ -450,7 +450,7 @@ json.dump({"schemaVersion": 2, "manifests": [{"mediaType": idx["mediaType"], "di
            "annotations": {"org.opencontainers.image.ref.name": "v1"}}]}, open(f"{dst}/index.json", "w"))
 PY
 TWO=$REG_bad/c/twofaced:v1
-push_image "$WORK/twofaced" v1 "$TWO" "" --all || fail "5f: push the two-faced index"
+DIFF_HOSTILE=1 push_image "$WORK/twofaced" v1 "$TWO" "" --all || fail "5f: push the two-faced index"
 check "5f: team-c's PullImage of the two-faced index" pull_as app-c team-c "$TWO"
 two_id=$(front ImageStatus "{\"image\":{\"image\":\"$TWO\"}}" | jget image.id 2>/dev/null)
 check "5f: CRI does not file it under team-a's image ID ($two_id)" test -n "$two_id" -a "$two_id" != "$PRIV_ID"

@@ -286,12 +286,15 @@ revoke_token() {
 }
 
 # push_image LAYOUT_DIR TAG HOST/REPO:TAG [USER:PASS] [--all]: with --all the layout's index
-# is pushed too, so the tag names an index (platform selection is exercised).
+# is pushed too, so the tag names an index (platform selection is exercised). Under
+# DIFF_HOSTILE=1 the layout is an attack on one reading, which pullgate may refuse.
 push_image() {
-  # The differential test (tests/difftest/run.sh) reads every document the suite pushes.
+  # The differential test (tests/difftest/run.sh) reads every document the suite pushes: each
+  # must be read as containerd reads it, unless it is marked hostile.
   if [ -n "${PULLGATE_DIFF_CORPUS:-}" ] && [ -f "$1/index.json" ]; then
     local keep; keep=$(mktemp -d "$PULLGATE_DIFF_CORPUS/layout.XXXXXX") && mkdir -p "$keep/blobs/sha256" \
       && cp "$1/index.json" "$keep/" && find "$1/blobs/sha256" -type f -size -4M -exec cp {} "$keep/blobs/sha256/" \;
+    [ -n "${DIFF_HOSTILE:-}" ] && [ -n "$keep" ] && : > "$keep/hostile"
   fi
   local creds=() all=()
   [ -n "${4:-}" ] && creds=(--dest-creds "$4")

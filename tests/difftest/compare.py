@@ -2,14 +2,17 @@
 """Compares pullgate's reading of each corpus case (examples/docread.rs) with containerd's
 (tests/difftest/go's docread, built from containerd's own code at one version).
 
-  compare.py LABEL PULLGATE.jsonl CONTAINERD.jsonl
+  compare.py LABEL PULLGATE.jsonl CONTAINERD.jsonl [--valid FILE] [--pin N]
 
 A case agrees when pullgate refuses it, or when both read the same image: the same manifest
 chosen, config, layers and diff_ids, and pullgate sees a checkpoint image wherever containerd's
 CRI would (it may see one where containerd does not: it refuses more, never less). Anything
 else (pullgate reads a document containerd cannot read, or reads it otherwise) is a difference:
-each is printed, and the exit status is 1. Prints the counts."""
-import json, sys
+each is printed, and the exit status is 1. So is a refusal of a case FILE names as a valid image
+(corpus.py --valid-list) where containerd reads it, and, with --pin, more refusals among the
+cases that are not pushed layouts than the N pinned for this corpus and platform (a refusal
+must never pass for agreement by growing unseen). Prints the counts."""
+import argparse, json, sys
 
 
 def load(path):
@@ -22,17 +25,29 @@ def load(path):
 
 
 def main():
-    label, pg_path, cd_path = sys.argv[1:4]
-    pg, cd = load(pg_path), load(cd_path)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("label")
+    ap.add_argument("pullgate")
+    ap.add_argument("containerd")
+    ap.add_argument("--valid")
+    ap.add_argument("--pin", type=int)
+    a = ap.parse_args()
+    label = a.label
+    pg, cd = load(a.pullgate), load(a.containerd)
+    valid = set(open(a.valid).read().split()) if a.valid else set()
     if set(pg) != set(cd) or not pg:
         print(f"difftest ({label}): the readers saw different cases ({len(pg)} and {len(cd)})")
         return 1
-    refused = agreed = 0
-    differ = []
+    refused = agreed = pinned_refused = 0
+    differ, wrongly = [], []
     for case in sorted(pg):
         p, c = pg[case], cd[case]
         if not p["ok"]:
             refused += 1
+            if "layout-" not in case:
+                pinned_refused += 1
+            if case in valid and c["ok"]:
+                wrongly.append(f"{case}: pullgate refuses an image containerd reads ({p.get('error', '')})")
             continue
         if not c["ok"]:
             differ.append(f"{case}: pullgate reads it, containerd cannot ({c['error']})")
@@ -46,8 +61,16 @@ def main():
             agreed += 1
     for d in differ:
         print(f"  DIFF {d}")
-    print(f"difftest ({label}): {len(pg)} documents compared: {refused} refused by pullgate, {agreed} read alike, {len(differ)} read differently")
-    return 1 if differ else 0
+    for w in wrongly:
+        print(f"  REFUSED-VALID {w}")
+    over = a.pin is not None and pinned_refused > a.pin
+    if over:
+        print(f"  PIN {pinned_refused} refusals among the hand-written and seeded cases, more than the {a.pin} pinned (tests/difftest/run.sh)")
+    elif a.pin is not None and pinned_refused < a.pin:
+        print(f"  (note: {pinned_refused} refusals among the hand-written and seeded cases, fewer than the {a.pin} pinned: lower the pin)")
+    print(f"difftest ({label}): {len(pg)} documents compared: {refused} refused by pullgate ({pinned_refused} not pushed layouts), "
+          f"{agreed} read alike, {len(differ)} read differently, {len(wrongly)} valid images refused")
+    return 1 if differ or wrongly or over else 0
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ Cases: hand-written attacks on one reading (case variants and Unicode folding of
 either reader looks at, repeated keys, JSON escapes in keys and values, nulls, odd numbers,
 deep nesting, media types that disagree, platform aliases, checkpoint annotations); N random
 mutations of those (seeded: the same corpus every run); and every OCI layout under each
---layouts DIR (the images the end-to-end tests pushed). Every case is written as raw bytes:
+--layouts DIR (the images the end-to-end tests pushed). --valid-list FILE names the cases that
+are images as registries serve them (the VALID hand-written ones and every pushed layout a test
+did not mark hostile): pullgate must read each wherever containerd does. Every case is written as raw bytes:
 nothing here re-serialises a document a case spells on purpose."""
 import argparse, hashlib, json, os, random, re
 
@@ -29,14 +31,23 @@ def fake(n):
     return "sha256:" + hashlib.sha256(f"layer-{n}".encode()).hexdigest()
 
 
+# Hand-written cases that are images as registries serve them: pullgate must read each wherever
+# containerd does (compare.py fails on a refusal of one; the pushed layouts count so too).
+VALID = {"plain-manifest", "plain-manifest-undeclared", "plain-index", "docker-list", "docker-list-right-types",
+         "docker-manifest", "arm64-only", "escaped-digest-values", "escaped-mediatype-value"}
+
+
 class Corpus:
     def __init__(self, out):
-        self.out, self.n = out, 0
+        self.out, self.n, self.valid = out, 0, []
 
-    def add(self, name, root, root_type, *blobs, size=None):
-        """A case: the target document's bytes, its declared media type, the other blobs."""
+    def add(self, name, root, root_type, *blobs, size=None, valid=None):
+        """A case: the target document's bytes, its declared media type, the other blobs; valid
+        (default: named in VALID) when it is an image pullgate must read wherever containerd does."""
         self.n += 1
         d = os.path.join(self.out, f"{self.n:05d}-{re.sub('[^A-Za-z0-9._-]+', '_', name)[:80]}")
+        if name in VALID if valid is None else valid:
+            self.valid.append(os.path.basename(d))
         os.makedirs(os.path.join(d, "blobs", "sha256"))
         for b in (root,) + blobs:
             with open(os.path.join(d, "blobs", "sha256", sha(b)[7:]), "wb") as f:
@@ -278,7 +289,12 @@ def layouts(cp, top):
             p = os.path.join(blobdir, d[7:])
             if d.startswith("sha256:") and os.path.exists(p):
                 root = open(p, "rb").read()
-                cp.add(f"layout-{os.path.relpath(dirpath, top)}", root, e.get("mediaType", ""), *[b for b in small if b != root])
+                # A document a test pushed is an image to read, unless the test marked it hostile
+                # (push_image under DIFF_HOSTILE=1), or an attacker's registry served it.
+                rel = os.path.relpath(dirpath, top)
+                hostile = os.path.exists(os.path.join(dirpath, "hostile")) or os.path.basename(dirpath).startswith("served.")
+                cp.add(f"{'hostile-' if hostile else ''}layout-{rel}", root, e.get("mediaType", ""), *[b for b in small if b != root],
+                       valid=not hostile)
 
 
 def main():
@@ -287,6 +303,7 @@ def main():
     ap.add_argument("--random", type=int, default=400)
     ap.add_argument("--seed", type=int, default=2535)
     ap.add_argument("--layouts", nargs="*", default=[])
+    ap.add_argument("--valid-list", help="write the names of the cases that are valid images here")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cp = Corpus(a.out)
@@ -294,6 +311,9 @@ def main():
     random_cases(cp, a.random, a.seed)
     for top in a.layouts:
         layouts(cp, top)
+    if a.valid_list:
+        with open(a.valid_list, "w") as f:
+            f.write("".join(n + "\n" for n in cp.valid))
     print(cp.n)
 
 
