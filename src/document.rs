@@ -43,6 +43,8 @@ pub enum DocumentError {
     Size { what: &'static str, size: u64 },
     #[error("index lists {count} different manifests for platform {platform} (containerd and pullgate could choose different ones)")]
     AmbiguousPlatform { platform: String, count: usize },
+    #[error("{what} is a Docker schema 1 manifest, which pullgate does not read (containerd 2.x does not pull schema 1 either): push the image again with a current client, as schema 2 or OCI")]
+    Schema1 { what: &'static str },
     #[error("{what}: {reason}")]
     Parse { what: &'static str, reason: String },
 }
@@ -333,6 +335,8 @@ pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+/// Docker's schema 1 manifest, signed and unsigned (refused: [`DocumentError::Schema1`]).
+const DOCKER_SCHEMA1: [&str; 2] = ["application/vnd.docker.distribution.manifest.v1+prettyjws", "application/vnd.docker.distribution.manifest.v1+json"];
 
 pub fn is_index(media_type: &str) -> bool {
     matches!(media_type, OCI_INDEX | DOCKER_LIST)
@@ -349,7 +353,15 @@ pub fn media_type_of(bytes: &[u8], declared: &str) -> Result<String> {
 /// [`media_type_of`], with the document as read.
 fn top(bytes: &[u8], declared: &str) -> Result<(String, Node)> {
     let what = "manifest or index";
+    // Schema 1 (served as such, or whatever its type, a document with schema 1's `fsLayers`,
+    // even empty): containerd 1.7 converts it, 2.x refuses it; pullgate refuses it by name.
+    if DOCKER_SCHEMA1.contains(&declared) {
+        return Err(DocumentError::Schema1 { what });
+    }
     let node = read(what, bytes, Shape::Top)?;
+    if node.get("fsLayers").is_some() {
+        return Err(DocumentError::Schema1 { what });
+    }
     let inner = node.str("mediaType").unwrap_or_default();
     // containerd reads a document by the media type it was served or stored as, and reads no
     // other kind (its images.Manifest: "unexpected media type"), whatever the document says.
@@ -360,8 +372,7 @@ fn top(bytes: &[u8], declared: &str) -> Result<(String, Node)> {
         return Err(DocumentError::MediaType { what, inner: shown_media_type(inner), declared: shown_media_type(declared) });
     }
     let kind = declared.to_string();
-    // containerd refuses a document with `fsLayers` (schema 1, not supported) even empty.
-    let wrong = if is_index(&kind) { ["config", "layers", "fsLayers"].into_iter().find(|f| node.get(f).is_some()) } else { ["manifests", "fsLayers"].into_iter().find(|f| node.get(f).is_some()) };
+    let wrong = if is_index(&kind) { ["config", "layers"].into_iter().find(|f| node.get(f).is_some()) } else { ["manifests"].into_iter().find(|f| node.get(f).is_some()) };
     if let Some(field) = wrong {
         return Err(DocumentError::WrongKind { what, declared: kind, field });
     }
@@ -734,6 +745,13 @@ mod tests {
         // Served as no kind containerd reads (it says "unexpected media type"): refused, however
         // the document describes itself.
         assert!(matches!(media_type_of(br#"{"schemaVersion":2,"manifests":[]}"#, "application/json"), Err(DocumentError::UnknownMediaType { .. })));
+        // Docker schema 1, by its media type (signed or not) or its fsLayers, is refused by name.
+        let s1 = br#"{"schemaVersion":1,"name":"a/b","tag":"v1","architecture":"amd64","fsLayers":[{"blobSum":"sha256:00"}],"history":[]}"#;
+        for t in ["application/vnd.docker.distribution.manifest.v1+prettyjws", "application/vnd.docker.distribution.manifest.v1+json", OCI_MANIFEST, DOCKER_MANIFEST] {
+            let e = media_type_of(s1, t).expect_err("schema 1 is refused");
+            assert!(matches!(e, DocumentError::Schema1 { .. }) && e.to_string().contains("Docker schema 1 manifest"), "{t}: {e}");
+        }
+        assert!(matches!(manifest(br#"{"schemaVersion":2,"fsLayers":[]}"#, OCI_MANIFEST), Err(DocumentError::Schema1 { .. })));
         assert!(matches!(media_type_of(br#"{"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}"#, ""), Err(DocumentError::UnknownMediaType { .. })));
         assert_eq!(media_type_of(br#"{"mediaType":"application/vnd.docker.distribution.manifest.v2+json"}"#, DOCKER_MANIFEST).unwrap(), DOCKER_MANIFEST);
         assert!(matches!(media_type_of(b"{\"a\":1} x", ""), Err(DocumentError::Json { .. })));
@@ -796,7 +814,7 @@ mod tests {
         let arm = idx(&[entry(OTHER, r#"{"os":"linux","architecture":"arm64","variant":"v8.0"}"#), entry(LAYER, r#"{"os":"linux","architecture":"arm64"}"#)]);
         assert!(matches!(select_platform(&arm, "linux", "arm64", None), Err(DocumentError::AmbiguousPlatform { .. })));
         // Schema 1's fsLayers, even empty: containerd does not read the document.
-        assert!(matches!(manifest(manifest_with(r#","fsLayers":[]"#).as_bytes(), OCI_MANIFEST), Err(DocumentError::WrongKind { field: "fsLayers", .. })));
+        assert!(matches!(manifest(manifest_with(r#","fsLayers":[]"#).as_bytes(), OCI_MANIFEST), Err(DocumentError::Schema1 { .. })));
         // A size past a signed 64-bit number.
         let huge = manifest_with("").replace(r#""size":1}]"#, r#""size":18446744073709551615}]"#);
         assert!(matches!(manifest(huge.as_bytes(), OCI_MANIFEST), Err(DocumentError::Size { .. })), "{huge}");

@@ -304,8 +304,8 @@ for r in direct front; do
 done
 
 # The front decided: every CreateContainer containerd received in the front run (its CRI's "for
-# container" lines) was admitted by the front ("CRI CreateContainer admitted"), one admission
-# each, and containerd created containers; nothing was refused (neither the front's refusals
+# container" lines) was admitted by the front ("CRI CreateContainer admitted", its rootfs), one
+# admission each, and containerd created containers; nothing was refused (neither the front's refusals
 # nor the snapshotter's "pullgate denied"); every PullImage the front served recorded one grant,
 # and critest's pods' grants (principal: the pod's Kubernetes namespace) are listed at the end.
 # (How many pulls carry a pod varies from run to run: ginkgo orders the specs at random, and an
@@ -314,7 +314,7 @@ front_pg=$(tail -c +"$front_log_from" "$PG/log")
 front_ctrd=$(tail -c +"$front_ctrd_from" "$WORK/containerd/log")
 started=$(grep -c 'CreateContainer within sandbox .* for container ' <<<"$front_ctrd")
 created=$(grep -c 'CreateContainer within sandbox .* returns container id' <<<"$front_ctrd")
-admitted=$(grep -c 'CRI CreateContainer admitted' <<<"$front_pg")
+admitted=$(grep 'CRI CreateContainer admitted' <<<"$front_pg" | grep -c 'part=rootfs')
 refused=$(grep -cE 'CRI CreateContainer refused|pullgate denied' <<<"$front_pg")
 pulls=$(grep -c 'CRI PullImage' <<<"$front_pg")
 pod_pulls=$(grep 'CRI PullImage' <<<"$front_pg" | grep -c 'principal=cri-test-namespace')

@@ -502,6 +502,29 @@ hostile bad-challenge "WWW-Authenticate"
 # One byte a second: no gap reaches the 3 s idle timeout, so only the whole-answer deadline can
 # end it; ending before 3 s would mean it never waited for the registry at all.
 hostile trickle "unavailable" :v1 3
+# Docker schema 1 (a signed manifest built from a test image, its layers served beside it):
+# pullgate refuses it by name, records nothing; containerd 1.x's own pull converts it and runs
+# it (the baseline pullgate differs from), 2.x's refuses it.
+python3 "$REPO/tests/mkimage.py" "$WORK/s1layout" --tag v1 --message "schema one image" >/dev/null \
+  && python3 "$REPO/tests/mkschema1.py" "$WORK/s1layout" "$WORK/s1" evil/s1 v1 >/dev/null || fail "write the schema 1 image"
+_launch_s1() {
+  /usr/bin/python3 "$REPO/tests/evilregistry.py" --port "$PORT_1" --mode serve --repo evil/s1 --tag v1 --manifest "$WORK/s1/manifest.json" \
+    --blobs "$WORK/s1/blobs" --content-type application/vnd.docker.distribution.manifest.v1+prettyjws --log "$WORK/s1.log" &
+  PIDS+=($!); LAUNCHED+=($!)
+  wait_serving 10 curl -sf "http://127.0.0.1:$PORT_1/v2/"
+}
+if launch_on_free_ports 1 _launch_s1; then
+  S1=127.0.0.1:$PORT_1/evil/s1:v1
+  check_err "6b: pullgate pull of a Docker schema 1 image is refused by name" "is a Docker schema 1 manifest, which pullgate does not read" \
+    pg pull -n S1 --plain-http "$S1"
+  check "6b: (the schema 1 registry was asked for the manifest)" grep -q '^GET /v2/evil/s1/manifests/v1' "$WORK/s1.log"
+  check_no_grants "6b: no grant was recorded for S1" S1
+  case $V in
+    1.*) check "6b: (baseline) containerd $V's own pull of it converts it" ctr_ -n S1C images pull --plain-http --snapshotter pullgate "$S1"
+         check_out "6b: (baseline) and its container runs" "schema one image" ctr_ -n S1C run --rm --snapshotter pullgate "$S1" s1c ;;
+    *) check_refused "6b: (baseline) containerd $V's own pull refuses it" "schema 1" "" ctr_ -n S1C images pull --plain-http --snapshotter pullgate "$S1" ;;
+  esac
+else fail "6b: the schema 1 registry did not start"; fi
 # A token service that repeats the identity token it was sent in its refusal's description,
 # disguised (in pieces, base64, reversed): the refusal names the error code, never the token,
 # in none of those forms, and neither does pullgate's log.

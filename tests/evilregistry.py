@@ -74,6 +74,7 @@ def main():
     ap.add_argument("--away-port", type=int)
     ap.add_argument("--blobs")
     ap.add_argument("--no-length", action="store_true")
+    ap.add_argument("--content-type", help="serve the manifest as this media type (default: the one it names, else OCI's manifest)")
     a = ap.parse_args()
     body = open(a.manifest, "rb").read()
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
@@ -84,6 +85,7 @@ def main():
         own_type = json.loads(body).get("mediaType") or "application/vnd.oci.image.manifest.v1+json"
     except (ValueError, AttributeError):
         own_type = "application/vnd.oci.image.manifest.v1+json"
+    own_type = a.content_type or own_type
     sizes = {}
     if a.mode == "vouch":
         try:

@@ -38,6 +38,23 @@ use tonic::{Code, Request, Response, Status, Streaming};
 use wire::RawCodec;
 
 pub use crate::config::CRI_NAMESPACE;
+
+/// Which image of a container a decision is for (named in the admission's log line).
+#[derive(Clone, Copy)]
+enum Part {
+    Rootfs,
+    ImageVolume,
+}
+
+impl Part {
+    fn as_str(self) -> &'static str {
+        match self {
+            Part::Rootfs => "rootfs",
+            Part::ImageVolume => "image-volume",
+        }
+    }
+}
+
 /// The principal of a PullImage that names no pod (no `sandbox_config`, as `crictl pull`
 /// sends): the node's own pull. Its grant lets the node unpack the image and no pod run it,
 /// whatever `require_principal` says: `@` is in no Kubernetes namespace or pod name, so no
@@ -401,12 +418,12 @@ impl Front {
         let config = req.config.unwrap_or_default();
         let named = |i: &cri::ImageSpec| !i.image.is_empty() || !i.user_specified_image.is_empty();
         let rootfs_chain = match config.image.filter(named) {
-            Some(spec) => Some(self.decide(spec, &principal, &pod_name).await?),
+            Some(spec) => Some(self.decide(spec, &principal, &pod_name, Part::Rootfs).await?),
             None => None,
         };
         let mut volume_chains = Vec::new();
         for spec in config.mounts.into_iter().filter_map(|m| m.image).filter(named) {
-            volume_chains.push(self.decide(spec, &principal, &pod_name).await?);
+            volume_chains.push(self.decide(spec, &principal, &pod_name, Part::ImageVolume).await?);
         }
         if !volume_chains.is_empty() && (sandbox.is_empty() || sandbox.contains('/')) {
             return Err(Status::invalid_argument(format!("pullgate: pod sandbox id {:?} cannot name an image volume", crate::reference::excerpt(&sandbox))));
@@ -482,7 +499,7 @@ impl Front {
     /// credential ([`Puller::public_at_own_origin`]). A private repository that serves the same
     /// bytes under another name (kubelet's KEP-2535 falls into this) then takes nothing from
     /// the pods running the public image, whichever was on the node first.
-    async fn decide(&self, spec: cri::ImageSpec, principal: &str, pod_name: &str) -> Result<String, Status> {
+    async fn decide(&self, spec: cri::ImageSpec, principal: &str, pod_name: &str, part: Part) -> Result<String, Status> {
         let shown = if spec.user_specified_image.is_empty() { spec.image.clone() } else { spec.user_specified_image.clone() };
         // kubelet sends the image's ID in `image` and the pod's own name in
         // `user_specified_image` (possibly short, as Docker reads it: `nginx:1.25`).
@@ -513,9 +530,9 @@ impl Front {
             false => refusal(e, pod_name, &shown, principal),
         })?;
         match public_at {
-            Some(name) => tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, public_at = %name,
+            Some(name) => tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, part = part.as_str(), public_at = %name,
                 "CRI CreateContainer admitted: the image is public at its own origin (it verified there without a credential)"),
-            None => tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, "CRI CreateContainer admitted"),
+            None => tracing::info!(pod = %pod_name, principal = %principal, image = %shown, chain = %chain, part = part.as_str(), "CRI CreateContainer admitted"),
         }
         Ok(chain)
     }
