@@ -574,8 +574,11 @@ for line in sys.stdin:
         elif "image-volumes/" + sb + "/" in k and opened > 0: n += 1
 print(n)' "$SID_EV")
   check "5h: in 30 rounds no attacker volume showed team-a's private file (leaks: $leaks)" test "$leaks" -eq 0
-  denials=$(cat "$WORK"/race-[cd]*.out | grep -c 'pullgate denied')
-  check "5h: pullgate refused the attacker's containers ($denials of 60 outputs name its refusal)" test "$denials" -ge 30
+  # Every one of the 60 attacker attempts must end in pullgate's refusal; any other end is shown.
+  denials=$(grep -l 'pullgate denied' "$WORK"/race-[cd]*.out | wc -l)
+  others=$(for f in "$WORK"/race-[cd]*.out; do grep -q 'pullgate denied' "$f" || { head -c 300 "$f" | tr '\n' ' '; echo; }; done \
+    | sed -E 's/[0-9a-f]{64}/<id>/g; s/[0-9]{9,}/<n>/g' | sort | uniq -c)
+  check "5h: pullgate refused every one of the attacker's 60 containers ($denials did; others: ${others:-none})" test "$denials" -eq 60
   check "5h: team-a's 30 containers all ran ($victim_ok)" test "$victim_ok" -eq 30
   check "5h: the operations overlapped: $overlap attacker volume Prepares came while a team-a admission was open" test "${overlap:-0}" -ge 1
   front StopPodSandbox "{\"pod_sandbox_id\":\"$SID_EV\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$SID_EV\"}" >/dev/null 2>&1

@@ -483,7 +483,7 @@ hostile() {
   if [ $rc -eq 124 ]; then fail "$mode: still running after 30 s"
   elif [ $rc -eq 0 ]; then fail "$mode: verify succeeded: $out"
   elif ! grep -qiF -- "$want" <<<"$out"; then fail "$mode: rc=$rc, want '$want', got: $out"
-  elif grep -qF -- "$PW_ALICE" <<<"$out"; then fail "$mode: the error message carries the password"
+  elif grep -qiF -- "$PW_ALICE" <<<"$out"; then fail "$mode: the error message carries the password (in any case)"
   elif ! grep -qE '^(GET|HEAD) /v2/evil/app/manifests/' "$WORK/hostile-$mode.log"; then
     fail "$mode: the hostile registry's log shows no manifest request: $(head -c 300 "$WORK/hostile-$mode.log")"
   elif [ "$ms" -lt $((min * 1000)) ]; then fail "$mode: ended after $ms ms, before the $min s it must take"
@@ -496,6 +496,9 @@ check_out "redirect-away: the other host got the request without the Authorizati
 check "redirect-away: and never with it" not grep -q 'AWAY AUTH yes' "$WORK/hostile-redirect-away.log"
 hostile redirect-loop "redirects"
 hostile redirect-secret "unavailable"
+# The password in a redirect's host name, and in a token realm the registry names once it has it.
+hostile redirect-secret-host "at a host the registry redirected to"
+hostile realm-secret "give no access"
 hostile leak-media-type "does not read as an image manifest"
 hostile leak-key "repeats key"
 hostile bad-challenge "WWW-Authenticate"

@@ -158,6 +158,17 @@ poison() {
   check "$t: B commits it as $name" snap B commit "$name" "$name-key"
   check "$t: B labels $name $REFL=$d (the public image's base chain)" snap B label "$name" "$REFL=$d" containerd.io/gc.root=attacker
 }
+# hand_fill TAG CHAIN: B prepares the extract snapshot of CHAIN (a base layer's chain) itself,
+# labels it as that chain, fills it by hand (busybox, /pwned, /msg), commits it under the
+# chain's name and labels that too.
+hand_fill() {
+  local t=$1 c=$2
+  check "$t: B prepares 'extract-1 $c'" snap B prepare "extract-1 $c" ""
+  check "$t: B labels it $REFL=<that chain> (and pins it)" snap B label "extract-1 $c" "$REFL=$c" containerd.io/gc.root=attacker
+  check "$t: B mounts it and writes busybox, /pwned and /msg into it" fill_snapshot B "extract-1 $c"
+  check "$t: B commits it as $c" snap B commit "$c" "extract-1 $c"
+  check "$t: B labels the committed snapshot $REFL=$c (and pins it)" snap B label "$c" "$REFL=$c" containerd.io/gc.root=attacker
+}
 # The public image's layers are public (pulled anonymously) before anyone else pulls them:
 # PUBA's pull unpacks the shared base chain first, everyone else's pull adopts it.
 check "PUBA: pullgate pull (anonymous) of the public image" pg pull -n PUBA --plain-http "$PUB"
@@ -252,11 +263,7 @@ controls() {
   check_err "control own-chains (2a): VC's pull adopts B's snapshot as its base and is refused on it by the unestablished-parent defence" \
     "$DENIED \"VC\".*cannot tell which layer is being applied" pg pull -n VC --plain-http "$PUBFRESH"
   f3=$(layout_diffids "$WORK/pub3"); f3=${f3%%,*}
-  check "control own-chains (3): B prepares 'extract-1 $f3'" snap B prepare "extract-1 $f3" ""
-  check "control own-chains (3): B labels it $REFL=<that chain> (and pins it)" snap B label "extract-1 $f3" "$REFL=$f3" containerd.io/gc.root=attacker
-  check "control own-chains (3): B mounts it and writes busybox, /pwned and /msg into it" fill_snapshot B "extract-1 $f3"
-  check "control own-chains (3): B commits it as $f3" snap B commit "$f3" "extract-1 $f3"
-  check "control own-chains (3): B labels the committed snapshot $REFL=$f3 (and pins it)" snap B label "$f3" "$REFL=$f3" containerd.io/gc.root=attacker
+  hand_fill "control own-chains (3)" "$f3"
   check "control own-chains (3): WC: pullgate pull of the public image" pg pull -n WC --plain-http "$PUB3"
   check_out "control own-chains (3): WC's container shows B's /pwned" "$PWNED" run_cmd WC wc3 "$PUB3" sh -c 'cat /msg; cat /pwned'
 
@@ -338,11 +345,7 @@ victim_run 2b "public base image" V2c v2c "$PUB"
 
 log "3. B fills an extract snapshot by hand and commits it under the chain's name"
 F3=$(layout_diffids "$WORK/pub3"); F3=${F3%%,*}
-check "3: B prepares 'extract-1 $F3'" snap B prepare "extract-1 $F3" ""
-check "3: B labels it $REFL=<that chain> (and pins it)" snap B label "extract-1 $F3" "$REFL=$F3" containerd.io/gc.root=attacker
-check "3: B mounts it and writes busybox, /pwned and /msg into it" fill_snapshot B "extract-1 $F3"
-check "3: B commits it as $F3" snap B commit "$F3" "extract-1 $F3"
-check "3: B labels the committed snapshot $REFL=$F3 (and pins it)" snap B label "$F3" "$REFL=$F3" containerd.io/gc.root=attacker
+hand_fill 3 "$F3"
 check "3: W1: pullgate pull of the public image" pg pull -n W1 --plain-http "$PUB3"
 victim_run 3 "public image three" W1 w1 "$PUB3"
 check "3: W2: plain ctr pull of the public image" ctr_ -n W2 images pull --plain-http --snapshotter pullgate "$PUB3"

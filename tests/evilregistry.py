@@ -38,7 +38,8 @@ import argparse, hashlib, json, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODES = ["serve", "vouch", "wrong-digest", "huge", "redirect-away", "redirect-loop", "bad-challenge", "trickle",
-         "echo-pieces", "echo-base64", "echo-reversed", "redirect-secret", "leak-media-type", "leak-key"]
+         "echo-pieces", "echo-base64", "echo-reversed", "redirect-secret", "redirect-secret-host", "realm-secret",
+         "leak-media-type", "leak-key"]
 
 
 def keep_for_difftest(body, blobs):
@@ -136,6 +137,17 @@ def main():
                 import base64
                 sent = base64.b64decode(self.headers["Authorization"].split(" ", 1)[1]).decode().split(":", 1)[-1]
                 self.reply(307, [("Location", f"http://127.0.0.1:9/leak/{sent}")], b"", send_body)
+            elif a.mode == "redirect-secret-host":
+                # The password as a host name (what a redirect's host, or an error naming it, would show).
+                import base64
+                sent = base64.b64decode(self.headers["Authorization"].split(" ", 1)[1]).decode().split(":", 1)[-1]
+                self.reply(307, [("Location", f"http://{sent}.invalid:9{self.path}")], b"", send_body)
+            elif a.mode == "realm-secret":
+                # After the password arrived: a Bearer challenge whose token realm holds it.
+                import base64
+                sent = base64.b64decode(self.headers["Authorization"].split(" ", 1)[1]).decode().split(":", 1)[-1]
+                realm = f'Bearer realm="http://127.0.0.1:9/token/{sent}",service="evil",scope="repository:{a.repo}:pull"'
+                self.reply(401, [("WWW-Authenticate", realm)], b"", send_body)
             elif a.mode in ("leak-media-type", "leak-key"):
                 import base64
                 sent = base64.b64decode(self.headers["Authorization"].split(" ", 1)[1]).decode().split(":", 1)[-1]
