@@ -350,8 +350,9 @@ check "none of its blobs (public layer IDs, private bytes) is in the public name
 # content get into FILE. Returns 0 if either worked (an empty ingest of a blob that is not empty
 # succeeds only when containerd adopted it from a shareable namespace; what it adopted may be
 # collected before the get, as ctr's ingest holds it under a lease of the command's own); 3 when
-# refused as containerd refuses it (the ingest reads no bytes where its size says more, or its
-# commit fails on the size or digest, and the get finds no such content); 4, saying why, on anything else (a broken command is not a refusal).
+# refused as containerd refuses it (the ingest reads no bytes where its size says more: 1.7 and
+# later say "short read", 1.6 "failed to read expected number of bytes"; or its commit fails on
+# the size or digest; and the get finds no such content); 4, saying why, on anything else (a broken command is not a refusal).
 steal() {
   local size ingest irc got grc
   size=$(find "$WORK" -path "*/blobs/sha256/${2#sha256:}" -printf '%s\n' -quit)
@@ -359,7 +360,7 @@ steal() {
   ingest=$(ctr_ -n "$1" content ingest --expected-digest "$2" --expected-size "$size" "steal-$2" <"$WORK/empty" 2>&1 >/dev/null); irc=$?
   got=$(ctr_ -n "$1" content get "$2" 2>&1 >"$3"); grc=$?
   if [ $grc -eq 0 ] || [ $irc -eq 0 ]; then return 0; fi
-  if grep -qi "not found" <<<"$got" && grep -qE "short read: expected [0-9]+ bytes but got 0|unexpected commit (size|digest)" <<<"$ingest"; then return 3; fi
+  if grep -qi "not found" <<<"$got" && grep -qE "short read: expected [0-9]+ bytes but got 0|failed to read expected number of bytes: unexpected EOF|unexpected commit (size|digest)" <<<"$ingest"; then return 3; fi
   echo "steal: not a refusal: ingest rc=$irc: $(head -c 300 <<<"$ingest"); get rc=$grc: $(head -c 300 <<<"$got")"; return 4
 }
 if [ "$V" != 1.6 ]; then
