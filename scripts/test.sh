@@ -116,6 +116,7 @@ lane_versions=(1.7 2.1)
     if bash tests/e2e_containerd_suite.sh "$v"; then r=passed; else r=failed; rc=1; echo "containerd integration tests containerd $v" >> "$lane/failed"; fi
     echo "$r" > "$lane/result-$v"
   done
+  echo "$rc" > "$lane/rc"
   exit "$rc"
 ) > "$lane/log" 2>&1 &
 lane_pid=$!
@@ -199,7 +200,10 @@ done
 
 # The lane's exit status and each version's result file are both required: a lane that died
 # before a version's result is a failure, not a silence.
-wait "$lane_pid" && lane_rc=0 || lane_rc=$?
+# Its status from the file it writes: `wait` forgets a background job's status when the PID is
+# reused before it is asked (an hour of the suite wraps the node's PIDs), and says 127 then.
+wait "$lane_pid" 2>/dev/null || true
+lane_rc=$(cat "$lane/rc" 2>/dev/null) || lane_rc="none (the lane wrote no status)"
 cat "$lane/log"
 if [ -s "$lane/failed" ]; then
   while read -r f; do failed+=("$f"); done < "$lane/failed"
@@ -207,7 +211,7 @@ fi
 for v in "${lane_versions[@]}"; do
   [ -s "$lane/result-$v" ] || failed+=("containerd integration tests containerd $v (no result: the lane ended with exit $lane_rc before it)")
 done
-if [ "$lane_rc" -ne 0 ] && [ ! -s "$lane/failed" ]; then failed+=("the integration-test lane (exit $lane_rc, no failure recorded)"); fi
+if [ "$lane_rc" != 0 ] && [ ! -s "$lane/failed" ]; then failed+=("the integration-test lane (exit $lane_rc, no failure recorded)"); fi
 rm -rf "$lane"
 
 if [ ${#failed[@]} -gt 0 ]; then
