@@ -620,11 +620,7 @@ check "node a's kubelet kept none" test "$(records a)" = 0
 # kubelet's files and logs; not the Secret volumes kubelet mounts for pods (the installer's
 # preload credentials are there by design), nor containers' root filesystems.
 PATS=$WORK/secret-patterns
-: > "$PATS"
-for up in "alice:$PW_ALICE" "alice:$PW_ALICE2" "bob:$PW_BOB" "carol:$PW_CAROL"; do
-  printf '%s\n' "${up#*:}" >> "$PATS"                       # the password
-  printf '%s' "$up" | base64 -w0 >> "$PATS"; echo >> "$PATS"  # "user:password" as a Basic header carries it
-done
+secret_patterns "$PATS" "alice:$PW_ALICE" "alice:$PW_ALICE2" "bob:$PW_BOB" "carol:$PW_CAROL"
 scanned=$(find "$WORK/a" "$WORK/b" \( -name 'kubernetes.io~secret' -o -name rootfs \) -prune -o -type f -print | wc -l)
 leak=$(grep -rlaF -D skip --exclude-dir='kubernetes.io~secret' --exclude-dir=rootfs -f "$PATS" "$WORK/a" "$WORK/b" 2>/dev/null | head -5)
 check "no password of any secret, nor its Basic form, in any file of either node ($scanned files; found in: ${leak:-none})" \

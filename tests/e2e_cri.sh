@@ -1161,11 +1161,7 @@ check_refused "20: team-b's pod without a secret is refused the image no pod was
 
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
 PATS=$WORK/secret-patterns
-: > "$PATS"
-for up in "alice:$PW_ALICE" "carol:$PW_CAROL" "admin:$PW_ADMIN" "ci:bot:$PW_CI"; do
-  printf '%s\n' "${up##*:}" >> "$PATS"                      # the password
-  printf '%s' "$up" | base64 -w0 >> "$PATS"; echo >> "$PATS"  # "user:password" as a Basic header carries it
-done
+secret_patterns "$PATS" "alice:$PW_ALICE" "carol:$PW_CAROL" "admin:$PW_ADMIN" "ci:bot:$PW_CI"
 # Every token the token server issued (identity tokens, registry tokens, the access tokens pullgate
 # obtained): its signature, which any copy of the token contains.
 awk '{n = split($2, a, "."); print a[n]}' "$WORK/registry-t/tokens.log" >> "$PATS"

@@ -925,11 +925,7 @@ check_out "the ledger still reads whole" "grant: namespace=" pg inspect "$TPRIV"
 
 log "secrets: no password, Basic credential or bearer token in pullgate's files and log, containerd's files, metadata, labels or log"
 PATS=$WORK/secret-patterns
-: > "$PATS"
-for up in "alice:$PW_ALICE" "bob:$PW_BOB" "carol:$PW_CAROL" "admin:$PW_ADMIN"; do
-  printf '%s\n' "${up#*:}" >> "$PATS"                       # the password
-  printf '%s' "$up" | base64 -w0 >> "$PATS"; echo >> "$PATS"  # "user:password" as a Basic header carries it
-done
+secret_patterns "$PATS" "alice:$PW_ALICE" "bob:$PW_BOB" "carol:$PW_CAROL" "admin:$PW_ADMIN"
 # Every token the token server issued (to pullgate, to containerd, to skopeo, and the identity
 # and registry tokens handed to pullgate in DT1-DT7): its signature, which any copy contains.
 ntok=$(grep -c . "$WORK/registry-t/tokens.log")

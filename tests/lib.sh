@@ -302,6 +302,17 @@ push_image() {
   skopeo copy --quiet "${all[@]}" --dest-tls-verify=false "${creds[@]}" "oci:$1:$2" "docker://$3" >/dev/null
 }
 
+# secret_patterns FILE USER:PASSWORD...: writes FILE for `grep -f`, one fixed string a line:
+# each password (after the last colon) and "user:password" in base64, as a Basic header carries it.
+secret_patterns() {
+  local f=$1 up; shift
+  : > "$f"
+  for up in "$@"; do
+    printf '%s\n' "${up##*:}" >> "$f"
+    printf '%s' "$up" | base64 -w0 >> "$f"; echo >> "$f"
+  done
+}
+
 # containerd_bindir VERSION
 containerd_bindir() {
   case $1 in
