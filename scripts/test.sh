@@ -83,6 +83,14 @@ grep -E '^(test |running|test result)|panicked|FAILED|^error' "$unit_out" || tru
 [ "$unit_rc" -eq 0 ] || { failed+=("unit tests"); tail -n 40 "$unit_out"; }
 rm -f "$unit_out"
 
+# The test binary of the positive controls (below), built while the first parts run: its own
+# cargo feature gives it its own build of the library, so target/release/pullgate and pullgated
+# stay the release build. The controls part waits for it.
+defence_build=$(mktemp -d)
+( cargo build --release --locked --features defence-off --bin pullgate-defence-off > "$defence_build/log" 2>&1
+  echo $? > "$defence_build/rc" ) &
+defence_pid=$!
+
 step "conformance suite (containerd snapshots/testsuite)"
 (cd tests/conformance && GOPATH=/usr/share/gocode GO111MODULE=off GOPROXY=off GOFLAGS= go test -c -o conformance.test .)
 for driver in overlay copy; do
@@ -143,7 +151,9 @@ for v in 1.6 1.7 2.1 2.4; do
     # The same attacks against pullgate-defence-off (the daemon built with the test-only cargo
     # feature defence-off), one defence off at a time: each must succeed there.
     step "positive controls: the trust model's attacks succeed against a test build with their defence off, under containerd $v"
-    run_part "controls containerd $v" bash -c "cargo build --release --locked --features defence-off --bin pullgate-defence-off 2>&1 | tail -n 1 && CONTROL=1 exec bash tests/e2e_trust.sh $v"
+    wait "$defence_pid" 2>/dev/null || true
+    tail -n 2 "$defence_build/log"
+    run_part "controls containerd $v" bash -c "[ \"\$(cat '$defence_build/rc' 2>/dev/null)\" = 0 ] || { echo 'FAIL the build of pullgate-defence-off'; exit 1; }; CONTROL=1 exec bash tests/e2e_trust.sh $v"
   fi
   if [ "$v" = 1.6 ] || [ "$v" = 2.1 ]; then
     step "end to end: a registry over mutual TLS, its hosts directory read as containerd reads it, under containerd $v"

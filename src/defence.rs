@@ -54,7 +54,8 @@ pub fn turned_off() -> &'static [Defence] {
             match Defence::ALL.iter().find(|d| d.name() == name) {
                 Some(d) => off.push(*d),
                 None => {
-                    eprintln!("PULLGATE_DEFENCE_OFF names an unknown defence {name:?} (known: gate, own-chains, unestablished)");
+                    let known: Vec<&str> = Defence::ALL.iter().map(|d| d.name()).collect();
+                    eprintln!("PULLGATE_DEFENCE_OFF names an unknown defence {name:?} (known: {})", known.join(", "));
                     std::process::exit(2);
                 }
             }

@@ -94,6 +94,8 @@ mk "$WORK/dup2" --tag v1 --message "$DUP2MSG" --extra-layers 1 --layer-mb 0.1 --
 mk "$WORK/dup3" --tag v1 --message "$DUP3MSG" --extra-layers 1 --layer-mb 0.1 --seed 55
 mk "$WORK/dup5" --tag v1 --message "$DUP5MSG" --extra-layers 1 --layer-mb 0.1 --seed 57
 mk "$WORK/down" --tag v1 --message "$DOWNMSG" --extra-layers 1 --layer-mb 0.1 --seed 59
+VOLMSG="private volume of team-a's, unpacked first in another namespace"
+mk "$WORK/vol" --tag v1 --message "$VOLMSG" --extra-layers 1 --layer-mb 0.1 --seed 65
 mk "$WORK/ipriv" --tag v1 --message "$IMPMSG" --extra-layers 1 --layer-mb 0.1 --seed 41
 # For 17: an image the node preloads from a registry that needs a login; an image of team-a's
 # built FROM it (every layer but the top one); a control image the node pulls only later.
@@ -154,6 +156,8 @@ for i in dup dup2 dup5; do
   push_image "$WORK/$i" v1 "$REG_pub/public/$i:v1" && push_image "$WORK/$i" v1 "$REG_h/private/$i:v1" "alice:$PW_ALICE" || fail "push $i publicly and privately"
 done
 push_image "$WORK/down" v1 "$REG_h/private/down:v1" "alice:$PW_ALICE" || fail "push 20's private image"
+VOLIMG=$REG_h/private/vol:v1
+push_image "$WORK/vol" v1 "$VOLIMG" "alice:$PW_ALICE" || fail "push 5e's private volume image"
 IMPRIV=$REG_imp/private/imp:v1
 push_image "$WORK/ipriv" v1 "$IMPRIV" "alice:$PW_ALICE" || fail "push the plain-http registry's private image"
 if [ "$V" = 2.1 ]; then
@@ -543,6 +547,19 @@ if [ "$V" = 2.1 ] || [ "$V" = 2.4 ]; then
   check_out "5e: the pod's next container reuses the mounted volume (no new Prepare) and runs" "rootfs=$PRIVMSG vol=$PRIVMSG" \
     run_in front app-a5 team-a "$SID_A5" a5b "$PRIV" 'echo rootfs=$(cat /msg) vol=$(cat /vol/msg)' "$(vol "$PRIV")"
   front StopPodSandbox "{\"pod_sandbox_id\":\"$SID_A5\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$SID_A5\"}" >/dev/null 2>&1
+  # A volume whose chain k8s.io adopted from pullgate's unpack in another namespace (containerd
+  # links that namespace's snapshot): the pod's next container finds the mounted volume still.
+  out=$(pg pull -n vol-first --user "alice:$PW_ALICE" "$VOLIMG" 2>&1)
+  check "5e: namespace vol-first pulls the volume image first, pullgate unpacking it there ($(tail -n 1 <<<"$out"))" grep -q " [1-9][0-9]* layer(s) extracted" <<<"$out"
+  run_pod front app-a6 team-a || fail "5e: RunPodSandbox for team-a/app-a6"; SID_A6=$SID
+  check "5e: team-a's pod pulls it through the front" pull_as app-a6 team-a "$VOLIMG" "alice:$PW_ALICE"
+  check "5e: k8s.io adopted vol-first's unpack (pullgate's log: the front's pull extracted no layer, adopted some)" \
+    grep -qE "CRI PullImage.*private/vol:v1.*extracted=0 adopted=[1-9]|private/vol:v1.*extracted=0 adopted=[1-9].*CRI PullImage" "$PG/log"
+  check_out "5e: the pod's container with the volume reads it" "vol=$VOLMSG" \
+    run_in front app-a6 team-a "$SID_A6" a6v "$PUB" 'echo vol=$(cat /vol/msg)' "$(vol "$VOLIMG")"
+  check_out "5e: and the pod's next container, on the mounted volume, too" "vol=$VOLMSG" \
+    run_in front app-a6 team-a "$SID_A6" a6w "$PUB" 'echo vol=$(cat /vol/msg)' "$(vol "$VOLIMG")"
+  front StopPodSandbox "{\"pod_sandbox_id\":\"$SID_A6\"}" >/dev/null 2>&1; front RemovePodSandbox "{\"pod_sandbox_id\":\"$SID_A6\"}" >/dev/null 2>&1
 fi
 
 if [ "$V" = 2.1 ]; then

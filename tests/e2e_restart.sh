@@ -198,8 +198,8 @@ restart_round() {
   start_op "r$n-pgpull" pg pull -n "ten$n" --plain-http --user "alice:$PW" "$BIG"
   start_op "r$n-pgverify" pg verify -n "ver$n" --plain-http --user "alice:$PW" "$BIG"
   # The pulls are downloading (the slow proxies answered blob requests for them).
-  wait_for 20 eval '[ $(($(blob_gets "$WORK/slow-priv.log") - priv0)) -ge 2 ] && [ $(($(blob_gets "$WORK/slow-pub.log") - pub0)) -ge 2 ]' \
-    || echo "    (the pulls had not reached the registries' blobs within 20 s)"
+  check "the pulls are downloading: the slow proxies answered blob requests of both registries" \
+    wait_for 20 eval '[ $(($(blob_gets "$WORK/slow-priv.log") - priv0)) -ge 2 ] && [ $(($(blob_gets "$WORK/slow-pub.log") - pub0)) -ge 2 ]' 
   for c in "${CONTAINERS[@]}"; do count_before[$c]=$(counter "$c"); done
   start_op "r$n-run1" ctr_ -n tenant run -d --snapshotter pullgate "$APP" "r$n-c1-$$"
   sleep 0.05

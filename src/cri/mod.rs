@@ -394,7 +394,7 @@ impl Front {
             let s = Status::from(crate::api::ApiError::Pull(e));
             Status::new(s.code(), format!("pullgate: pull of {image} for {}: {}", who(&principal), s.message()))
         })?;
-        tracing::info!(image = %image, principal = %principal, downloaded = out.downloaded.len(), "CRI PullImage");
+        tracing::info!(image = %image, principal = %principal, downloaded = out.downloaded.len(), extracted = out.extracted, adopted = out.adopted, "CRI PullImage");
         Ok(Bytes::from(cri::PullImageResponse { image_ref: out.config }.encode_to_vec()))
     }
 

@@ -32,12 +32,23 @@ pub fn parse_challenge(header: &str) -> Option<Challenge> {
         _ => return None,
     };
     let params = parse_params(rest)?;
-    let get = |k: &str| params.iter().find(|(n, _)| n.eq_ignore_ascii_case(k)).map(|(_, v)| v.clone());
+    // A parameter named twice: the last one counts, as in containerd's parser (a map by name).
+    let get = |k: &str| params.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case(k)).map(|(_, v)| v.clone());
     let realm = get("realm").unwrap_or_default();
     if scheme == Scheme::Bearer && realm.is_empty() {
         return None;
     }
     Some(Challenge { scheme, realm, service: get("service"), scope: get("scope"), error: get("error") })
+}
+
+/// The challenge to answer among a response's `WWW-Authenticate` headers, chosen as containerd
+/// chooses (each header one challenge, Bearer before Basic, otherwise in the order sent); None
+/// when no header holds a usable one.
+pub fn choose_challenge<'a>(headers: impl IntoIterator<Item = &'a str>) -> Option<Challenge> {
+    let parsed: Vec<Challenge> = headers.into_iter().take(16).filter_map(parse_challenge).collect();
+    let bearer = parsed.iter().position(|c| c.scheme == Scheme::Bearer);
+    let pick = bearer.or(if parsed.is_empty() { None } else { Some(0) })?;
+    parsed.into_iter().nth(pick)
 }
 
 fn parse_params(s: &str) -> Option<Vec<(String, String)>> {
@@ -112,6 +123,17 @@ fn parse_params(s: &str) -> Option<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parameter_named_twice_counts_last_and_bearer_goes_first() {
+        let c = parse_challenge(r#"Bearer realm="http://a/token",service="one",REALM="http://b/token""#).unwrap();
+        assert_eq!((c.realm.as_str(), c.service.as_deref()), ("http://b/token", Some("one")));
+        let c = choose_challenge([r#"Basic realm="r""#, "Negotiate", r#"Bearer realm="http://t/token""#]).unwrap();
+        assert_eq!((c.scheme, c.realm.as_str()), (Scheme::Bearer, "http://t/token"));
+        let c = choose_challenge(["Negotiate", r#"Basic realm="r""#, r#"Basic realm="s""#]).unwrap();
+        assert_eq!((c.scheme, c.realm.as_str()), (Scheme::Basic, "r"));
+        assert!(choose_challenge(["Negotiate", "Bearer"]).is_none());
+    }
 
     #[test]
     fn bearer_with_scope_and_error() {

@@ -11,7 +11,7 @@ pub mod hosts;
 
 use crate::credential::Credential;
 use crate::reference::Reference;
-use auth::{parse_challenge, Challenge, Scheme};
+use auth::{choose_challenge, Challenge, Scheme};
 use base64::Engine;
 use futures_util::StreamExt;
 use reqwest::{header, Method, StatusCode};
@@ -570,11 +570,7 @@ impl Session {
                             "{method} {path}: a host the registry redirected to asks for credentials; pullgate offers them only to the registry itself"
                         )));
                     }
-                    let challenge = resp
-                        .headers()
-                        .get(header::WWW_AUTHENTICATE)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(parse_challenge)
+                    let challenge = choose_challenge(resp.headers().get_all(header::WWW_AUTHENTICATE).iter().filter_map(|v| v.to_str().ok()))
                         .ok_or_else(|| self.protocol("401 without a usable WWW-Authenticate challenge"))?;
                     if self.authenticated {
                         // Our credentials (or token for them) were used and still refused. A

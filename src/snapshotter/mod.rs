@@ -569,12 +569,19 @@ impl Snapshotter {
 
     /// Whether pod `sandbox` holds an image volume on chain `chain` in `namespace` prepared
     /// under an admission for `principal` (containerd reuses a mounted image volume for the
-    /// pod's later containers without a new Prepare).
+    /// pod's later containers without a new Prepare). The volume's parent is the namespace's
+    /// snapshot of the chain, or pullgate's own unpack of it in another namespace, which
+    /// containerd links when the namespace's unpack adopts it.
     pub fn volume_admitted(&self, namespace: &str, sandbox: &str, chain: &str, principal: &str) -> Result<bool> {
         self.store.read(|tx| -> Result<bool> {
-            for (k, _) in Self::chain_snapshots(tx, namespace, chain)? {
+            let mut parents = Self::chain_snapshots(tx, namespace, chain)?;
+            parents.extend(tx.own_with_chain(chain)?.into_iter().filter(|(k, r)| r.kind == Kind::Committed && name_of_key(k) == chain));
+            for (k, _) in parents {
                 for child in tx.children_of(&k)? {
-                    if image_volume_sandbox(name_of_key(&child)) == Some(sandbox) && tx.admitted(&child)?.as_deref() == Some(principal) {
+                    if namespace_of_key(&child) == Some(namespace)
+                        && image_volume_sandbox(name_of_key(&child)) == Some(sandbox)
+                        && tx.admitted(&child)?.as_deref() == Some(principal)
+                    {
                         return Ok(true);
                     }
                 }
