@@ -15,16 +15,20 @@ pub enum Defence {
     OwnChains,
     /// `unestablished`: nothing is unpacked onto a parent whose chain pullgate cannot establish.
     UnestablishedParent,
+    /// `mounts`: a snapshot's mounts (a task start) are decided again (off: only its Prepare
+    /// was).
+    Mounts,
 }
 
 impl Defence {
-    pub const ALL: [Defence; 3] = [Defence::Gate, Defence::OwnChains, Defence::UnestablishedParent];
+    pub const ALL: [Defence; 4] = [Defence::Gate, Defence::OwnChains, Defence::UnestablishedParent, Defence::Mounts];
 
     pub fn name(self) -> &'static str {
         match self {
             Defence::Gate => "gate",
             Defence::OwnChains => "own-chains",
             Defence::UnestablishedParent => "unestablished",
+            Defence::Mounts => "mounts",
         }
     }
 }

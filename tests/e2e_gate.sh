@@ -246,6 +246,16 @@ check "containerd fetched no blob from it: it already held A's ($(grep -c . <<<"
 check_err "pullgate pull of the evil reference fails: that registry cannot serve the bytes" "not found" pg pull -n B4 --plain-http "$EVIL"
 check_err "pullgate verify of it fails the same way" "not found" pg verify -n B4 --plain-http "$EVIL"
 check_no_grants "no grant was recorded for B4 (pullgate grants works and lists none)" B4
+# The positive control: the same attack on containerd alone (its own overlayfs, the same content
+# policy), where A's pull of the private image put the blobs on the node.
+if start_alone_containerd "$V" "$WORK/alone"; then
+  check "control: on containerd alone, A pulls the private image with its credential" \
+    "${ALONE[@]}" -n A images pull "${CTRF[@]}" --user "alice:$PW_ALICE" "$HPRIV"
+  check_out "control: on containerd alone, B4's plain ctr pull of the evil manifest and run show A's private file" "$LEAK" \
+    bash -c "$(printf '%q ' "${ALONE[@]}") -n B4 images pull --plain-http '$EVIL' >/dev/null && $(printf '%q ' "${ALONE[@]}") -n B4 run --rm '$EVIL' b4-alone"
+else
+  fail "control: containerd $V alone did not start"
+fi
 
 log "5. tenant B verifies with its own valid credentials: one manifest round-trip, then adopts A's chain"
 mark=$(wc -l < "$WORK/registry-t/log"); : > "$WORK/registry-t/token.log"

@@ -184,6 +184,9 @@ same_grants() {
   [ "$now" = "$1" ] || { echo "before: $1 / now: $now"; return 1; }
 }
 
+# What a request in flight says when pullgate's process went away under it: the API client's
+# transport error, or containerd's gRPC status for its snapshotter connection.
+LOST='transport error|unavailable|connection refused|error reading from server|connection reset|transport is closing'
 # restart_round N SIGNAL: the round's requests in flight, then pullgate stopped with SIGNAL and
 # started again; then every check.
 restart_round() {
@@ -250,11 +253,13 @@ restart_round() {
     check "the pullgate pull in flight at SIGTERM completed (status $(cat "$WORK/op-r$n-pgpull.rc"))" test "$(cat "$WORK/op-r$n-pgpull.rc")" = 0
     check "and the pullgate verify (status $(cat "$WORK/op-r$n-pgverify.rc"))" test "$(cat "$WORK/op-r$n-pgverify.rc")" = 0
   fi
-  ok=1
+  ok=1 lost=1
   for name in "${OP_NAMES[@]}"; do
     [ "$(cat "$WORK/op-$name.rc" 2>/dev/null)" = 0 ] && continue
+    grep -qiE "$LOST" "$WORK/op-$name.out" || { lost=0; echo "    $name failed for another reason than the lost connection"; }
     again=$(op_again "$name" 2>&1) || { ok=0; echo "    $name failed, and again: $(shown 300 "$again")"; }
   done
+  check "each request that failed did so for the connection to pullgate it lost (/$LOST/)" test "$lost" -eq 1
   check "each request that failed succeeds when run again" test "$ok" -eq 1
   # What each pull brought: the images are complete and run, the grants are there.
   check "the public image ctr pulled in pub$n-a is complete and unpacked into pullgate" image_unpacked "pub$n-a" "$PUB"

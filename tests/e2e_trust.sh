@@ -286,6 +286,14 @@ controls() {
   check "control unestablished (4): B commits it as 'cmade-up-parent' (no chainID)" snap B commit cmade-up-parent cx2
   check "control unestablished (4): B's Prepare('extract-3 chainID(made-up, A's protected diffID)', cmade-up-parent) is let through" \
     snap B prepare "extract-3 $t" cmade-up-parent
+
+  log "control: a container's start decided again (defence 'mounts'; e2e_gate 10's refusal)"
+  defence_off mounts
+  check "control mounts (gate 10): A creates container cm1 (its rootfs prepared) while it holds the grant" \
+    ctr_ -n A containers create --snapshotter pullgate "$HPRIV" cm1
+  check_out "control mounts (gate 10): pullgate revoke -n A (after the create)" "revoked" pg revoke -n A
+  check_out "control mounts (gate 10): the task start after the revoke runs and shows A's private /msg" "private app" \
+    ctr_ -n A tasks start cm1
 }
 if [ -n "${CONTROL:-}" ]; then
   controls

@@ -454,6 +454,32 @@ launch_containerd() {
 }
 
 ctr_() { "${CTR[@]}" "$@"; }
+
+# start_alone_containerd VERSION DIR: a second containerd of VERSION with no pullgate, its own
+# overlayfs and the content policy the test runs under (CONTENT_POLICY), rooted in DIR: where a
+# positive control shows an attack succeeding without pullgate. Sets ALONE (a ctr command array).
+start_alone_containerd() {
+  local v=$1 d=$2 bin cfg disabled; bin=$(containerd_bindir "$v") || return 1
+  case $v in
+    1.6|1.7) cfg=2; disabled='"io.containerd.grpc.v1.cri"' ;;
+    *) cfg=3; disabled='"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime"' ;;
+  esac
+  mkdir -p "$d"
+  cat > "$d/config.toml" <<TOML
+version = $cfg
+root = "$d/root"
+state = "$d/state"
+disabled_plugins = [$disabled]
+[grpc]
+  address = "$d/containerd.sock"
+[plugins."io.containerd.metadata.v1.bolt"]
+  content_sharing_policy = "${CONTENT_POLICY:-isolated}"
+TOML
+  PATH="$bin:$PATH" "$bin/containerd" --config "$d/config.toml" >>"$d/log" 2>&1 &
+  PIDS+=($!)
+  ALONE=("$bin/ctr" -a "$d/containerd.sock")
+  wait_for 30 "${ALONE[@]}" version || { echo "containerd $v alone did not start:"; tail -20 "$d/log"; return 1; }
+}
 # has_image NS REF: NS holds an image record named REF.
 has_image() { ctr_ -n "$1" images ls -q | grep -qxF -- "$2"; }
 
