@@ -56,7 +56,7 @@ pub fn hit(point: &'static str) {
 }
 
 /// Stall points ([`stall`]), for the tests to enumerate.
-pub const STALL_POINTS: &[&str] = &["public.labelled"];
+pub const STALL_POINTS: &[&str] = &["public.labelled", "cri.created"];
 
 static STALL: OnceLock<Option<(String, std::time::Duration)>> = OnceLock::new();
 

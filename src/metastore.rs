@@ -34,6 +34,11 @@ const OWN_CHAIN_KEYS: TableDefinition<(&str, &str), ()> = TableDefinition::new("
 /// decided for (the pod's). Written only by the Prepare that consumed the admission; no label,
 /// request or Update can set or change it. Task start (Mounts) decides again with it.
 const ADMITTED: TableDefinition<&str, &str> = TableDefinition::new("admitted_principals");
+/// The keys of [`ADMITTED`] whose creation the CRI front has not checked to its end yet. The
+/// front's check removes a key; one still here when pullgate starts belongs to a creation its
+/// process did not live to check (killed), and its snapshot loses the admitted principal. (A
+/// table that earlier versions do not read: a rollback ignores it.)
+const ADMITTED_UNCHECKED: TableDefinition<&str, ()> = TableDefinition::new("admitted_unchecked");
 /// containerd's user-namespace copies of a chain (CRI's `<id>-remap` Prepare on the chain under
 /// the front's admission, committed as `<id>`): committed key -> the chain's name. Written only
 /// by that Commit; a container prepared on the copy is decided as the chain.
@@ -238,6 +243,7 @@ impl MetaStore {
         txn.open_table(OWN_CHAINS)?;
         txn.open_table(OWN_CHAIN_KEYS)?;
         txn.open_table(ADMITTED)?;
+        txn.open_table(ADMITTED_UNCHECKED)?;
         txn.open_table(REMAPS)?;
         txn.open_table(UNKNOWN_STEPS)?;
         for c in Collection::ALL {
@@ -709,13 +715,39 @@ impl WriteTx {
     /// Forgets the principal snapshot `key` was admitted for.
     pub fn remove_admitted(&mut self, key: &str) -> Result<(), StoreError> {
         self.0.open_table(ADMITTED)?.remove(key)?;
+        self.0.open_table(ADMITTED_UNCHECKED)?.remove(key)?;
         Ok(())
     }
 
-    /// Records that snapshot `key` was prepared on the CRI front's admission for `principal`.
+    /// Records that snapshot `key` was prepared on the CRI front's admission for `principal`,
+    /// its creation not checked yet ([`ADMITTED_UNCHECKED`]).
     pub fn set_admitted(&mut self, key: &str, principal: &str) -> Result<(), StoreError> {
         self.0.open_table(ADMITTED)?.insert(key, principal)?;
+        self.0.open_table(ADMITTED_UNCHECKED)?.insert(key, ())?;
         Ok(())
+    }
+
+    /// The CRI front checked the creation snapshot `key` was admitted for: its principal stays.
+    pub fn set_admission_checked(&mut self, key: &str) -> Result<(), StoreError> {
+        self.0.open_table(ADMITTED_UNCHECKED)?.remove(key)?;
+        Ok(())
+    }
+
+    /// Takes back the principal of every snapshot whose creation was never checked (at start:
+    /// the process that admitted them is gone); returns their keys.
+    pub fn drop_unchecked_admissions(&mut self) -> Result<Vec<String>, StoreError> {
+        let keys: Vec<String> = {
+            let t = self.0.open_table(ADMITTED_UNCHECKED)?;
+            let mut keys = Vec::new();
+            for item in t.iter()? {
+                keys.push(item?.0.value().to_string());
+            }
+            keys
+        };
+        for k in &keys {
+            self.remove_admitted(k)?;
+        }
+        Ok(keys)
     }
 
     pub fn has_children(&self, key: &str) -> Result<bool, StoreError> {
@@ -785,6 +817,7 @@ impl WriteTx {
                 self.0.open_table(OWN_CHAIN_KEYS)?.remove((c.as_str(), key))?;
             }
             self.0.open_table(ADMITTED)?.remove(key)?;
+            self.0.open_table(ADMITTED_UNCHECKED)?.remove(key)?;
             self.0.open_table(REMAPS)?.remove(key)?;
             self.0.open_table(UNKNOWN_STEPS)?.remove(key)?;
             self.0.open_table(SNAPSHOTS)?.remove(key)?;

@@ -752,6 +752,43 @@ check_out "9: team-e's container runs after the restart (the grant held)" "$PRIV
 b2_runs() { run_pod front app-b2 team-b2 && run_in front app-b2 team-b2 "$SID" b9 "$PRIV"; }
 check_refused "9: team-b2 (no secret) is still refused" "$REFUSED team-b2/app-b2" "$PRIVMSG" b2_runs
 check_out "9: team-a's running container kept running through the restart" '"state":1' front ContainerStatus "{\"container_id\":\"$LONG\"}"
+# Admissions are not durable: a container whose creation the front checked keeps its principal
+# across a kill, one whose creation it did not live to check loses it (pullgate stalled, at the
+# stall point cri.created, after containerd created the container and before the front's check).
+# create_in POD NS SID NAME IMAGE: CreateContainer through the front; prints its ID.
+create_in() {
+  local out; mapfile -t pa < <(podargs "$1" "$2")
+  out=$(front "${pa[@]}" CreateContainer "{\"pod_sandbox_id\":\"$3\",\"config\":{\"metadata\":{\"name\":\"$4\"},\"image\":{\"image\":\"$5\"},\"command\":[\"/bin/sh\",\"-c\",\"cat /msg\"],\"log_path\":\"$4.log\"}}" 2>&1) \
+    || { echo "$out"; return 1; }
+  jget container_id <<<"$out"
+}
+# start_direct CID NAME POD: StartContainer straight at containerd; prints the log once it exited.
+start_direct() {
+  direct StartContainer "{\"container_id\":\"$1\"}" || return 1
+  wait_for 30 bash -c "'$CRI_BIN' --socket '$CTRD_SOCK' ContainerStatus '{\"container_id\":\"$1\"}' | grep -q '\"state\":2'" || { echo "container $1 did not exit"; return 1; }
+  sed -E 's/^[^ ]+ (stdout|stderr) [FP] //' "$WORK/logs/$3/$2.log"
+}
+E2=$(create_in app-e team-e "$SID_E" e2 "$PRIV") || fail "9: team-e's container e2 created through the front: $E2"
+kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
+PULLGATE_STALL_AT=cri.created:60 start_pullgate "$PG" || exit 1
+wait_for 30 front Version || fail "9: the front serves again (with a stall point)"
+wait_backend
+stalls_before=$(grep -c "stall point reached" "$PG/log")
+create_in app-e team-e "$SID_E" e3 "$PRIV" > "$WORK/e3.out" 2>&1 &
+creator=$!
+check "9: team-e's CreateContainer e3 reaches the stall point after containerd created it" \
+  wait_for 30 bash -c "[ \$(grep -c 'stall point reached' '$PG/log') -gt $stalls_before ]"
+E3=$(direct ListContainers "{\"filter\":{\"pod_sandbox_id\":\"$SID_E\"}}" | python3 -c 'import json,sys; print("".join(c["id"] for c in json.load(sys.stdin).get("containers") or [] if c["metadata"]["name"] == "e3"))')
+check "9: containerd holds e3 (${E3:-none})" test -n "$E3"
+kill -9 "$PG_PID"; wait "$PG_PID" 2>/dev/null; wait "$creator" 2>/dev/null
+start_pullgate "$PG" || exit 1
+wait_for 30 front Version || fail "9: the front serves again after the kill"
+wait_backend
+check "9: pullgate's log names e3's snapshot as losing its unchecked admission" \
+  grep -q "snapshot=k8s.io/[0-9]*/$E3.*a CRI CreateContainer was not checked to its end before pullgate stopped\|a CRI CreateContainer was not checked to its end before pullgate stopped.*snapshot=k8s.io/[0-9]*/$E3" "$PG/log"
+check_out "9: e2, checked before the kill, starts after it (its principal kept)" "$PRIVMSG" start_direct "$E2" e2 app-e
+check_refused "9: e3, created but never checked, is refused at its start: its snapshot has no principal" "requires a principal" "$PRIVMSG" \
+  start_direct "$E3" e3 app-e
 
 log "10. pods stop and go"
 for s in "$SID_FIRST" "$SID_A" "$SID_A2" "$SID_B" "$SID_C" "$SID_C2" "$SID_C3" "$SID_D" "$SID_E" "$SID_N"; do

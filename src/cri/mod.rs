@@ -460,6 +460,7 @@ impl Front {
                 .map_err(|e| refusal(e, &pod_name, "(rootfs)", &principal))?;
         }
         let resp = forwarded?;
+        crate::crashpoint::stall("cri.created").await;
         let created = cri::CreateContainerResponse { container_id: created_id.unwrap_or_default() };
         let mut undone = Vec::new();
         if let Some(a) = &rootfs {
@@ -478,8 +479,18 @@ impl Front {
             }
         }
         if undone.is_empty() {
-            // Checked to the end: the Prepares that consumed the admissions keep their principals.
-            rootfs.iter().chain(volumes.iter().map(|(_, a)| a)).for_each(|a| a.settle());
+            // Checked to the end: the Prepares that consumed the admissions keep their principals,
+            // also across a restart (recorded first: should that fail, the guards withdraw them).
+            let guards: Vec<_> = rootfs.iter().chain(volumes.iter().map(|(_, a)| a)).collect();
+            let keys: Vec<String> = guards.iter().filter_map(|a| a.consumer()).collect();
+            if !keys.is_empty() {
+                let snap = self.snap.clone();
+                tokio::task::spawn_blocking(move || snap.admissions_checked(&keys))
+                    .await
+                    .map_err(|e| Status::internal(format!("pullgate: recording a checked admission failed: {e}")))?
+                    .map_err(|e| refusal(e, &pod_name, "(rootfs)", &principal))?;
+            }
+            guards.iter().for_each(|a| a.settle());
         } else {
             let removed = self.call::<_, cri::RemoveContainerResponse>("/runtime.v1.RuntimeService/RemoveContainer", cri::RemoveContainerRequest { container_id: created.container_id.clone() }).await;
             return Err(Status::aborted(format!(
