@@ -606,19 +606,25 @@ impl ReadTx {
         Ok(self.0.open_table(REMAPS)?.get(key)?.map(|v| v.value().to_string()))
     }
 
-    /// The keys of the snapshots whose parent is `key`.
-    pub fn children_of(&self, key: &str) -> Result<Vec<String>, StoreError> {
+    /// The children of `key` whose keys begin with `prefix` (a namespace's `<namespace>/`):
+    /// what other namespaces made on it is not read.
+    pub fn children_of_in(&self, key: &str, prefix: &str) -> Result<Vec<String>, StoreError> {
         let t = self.0.open_table(CHILDREN)?;
         let mut out = Vec::new();
-        for item in t.range((key, "")..)? {
+        for item in t.range((key, prefix)..)? {
             let (k, _) = item?;
             let (parent, child) = k.value();
-            if parent != key {
+            if parent != key || !child.starts_with(prefix) {
                 break;
             }
             out.push(child.to_string());
         }
         Ok(out)
+    }
+
+    /// The keys of the snapshots whose parent is `key`.
+    pub fn children_of(&self, key: &str) -> Result<Vec<String>, StoreError> {
+        self.children_of_in(key, "")
     }
 
     /// The snapshots of `namespace` whose `containerd.io/snapshot.ref` label is `target` (keys
@@ -719,11 +725,13 @@ impl WriteTx {
         Ok(())
     }
 
-    /// Records that snapshot `key` was prepared on the CRI front's admission for `principal`,
-    /// its creation not checked yet ([`ADMITTED_UNCHECKED`]).
-    pub fn set_admitted(&mut self, key: &str, principal: &str) -> Result<(), StoreError> {
+    /// Records that snapshot `key` was prepared on the CRI front's admission for `principal`;
+    /// `unchecked`: until the front checked its creation ([`ADMITTED_UNCHECKED`]).
+    pub fn set_admitted(&mut self, key: &str, principal: &str, unchecked: bool) -> Result<(), StoreError> {
         self.0.open_table(ADMITTED)?.insert(key, principal)?;
-        self.0.open_table(ADMITTED_UNCHECKED)?.insert(key, ())?;
+        if unchecked {
+            self.0.open_table(ADMITTED_UNCHECKED)?.insert(key, ())?;
+        }
         Ok(())
     }
 

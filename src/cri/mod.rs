@@ -483,15 +483,14 @@ impl Front {
             // also across a restart (recorded first: should that fail, the guards withdraw them).
             let guards: Vec<_> = rootfs.iter().chain(volumes.iter().map(|(_, a)| a)).collect();
             let keys: Vec<String> = guards.iter().filter_map(|a| a.consumer()).collect();
-            if !keys.is_empty() {
-                let snap = self.snap.clone();
-                tokio::task::spawn_blocking(move || snap.admissions_checked(&keys))
-                    .await
-                    .map_err(|e| Status::internal(format!("pullgate: recording a checked admission failed: {e}")))?
-                    .map_err(|e| refusal(e, &pod_name, "(rootfs)", &principal))?;
+            let snap = self.snap.clone();
+            let recorded = tokio::task::spawn_blocking(move || snap.admissions_checked(&keys).map_err(|e| e.to_string())).await;
+            match recorded.map_err(|e| e.to_string()).and_then(|r| r) {
+                Ok(()) => guards.iter().for_each(|a| a.settle()),
+                Err(e) => undone.push(format!("pullgate could not record its check of the creation ({e})")),
             }
-            guards.iter().for_each(|a| a.settle());
-        } else {
+        }
+        if !undone.is_empty() {
             let removed = self.call::<_, cri::RemoveContainerResponse>("/runtime.v1.RuntimeService/RemoveContainer", cri::RemoveContainerRequest { container_id: created.container_id.clone() }).await;
             return Err(Status::aborted(format!(
                 "pullgate: containerd created the container of pod {pod_name} otherwise than pullgate decided: {}{}; retry",

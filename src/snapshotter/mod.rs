@@ -233,9 +233,11 @@ impl Drop for AdmissionGuard {
             *all = kept;
             gone
         };
+        // (A rootfs only: an image volume's Prepare is bound to its pod by its key, and a pod
+        // whose mounted volume lost its principal could create no container again.)
         let unchecked: Vec<String> = match self.settled.load(std::sync::atomic::Ordering::Relaxed) {
             true => vec![],
-            false => gone.iter().filter_map(|a| a.consumed_by.clone()).collect(),
+            false => gone.iter().filter(|a| a.target == AdmissionFor::Rootfs).filter_map(|a| a.consumed_by.clone()).collect(),
         };
         // (The chain lock a withdrawn admission still holds is released outside the list's lock.)
         drop(gone);
@@ -591,7 +593,7 @@ impl Snapshotter {
             let mut parents = Self::chain_snapshots(tx, namespace, chain)?;
             parents.extend(tx.own_with_chain(chain)?.into_iter().filter(|(k, r)| r.kind == Kind::Committed && name_of_key(k) == chain));
             for (k, _) in parents {
-                for child in tx.children_of(&k)? {
+                for child in tx.children_of_in(&k, &format!("{namespace}/"))? {
                     if namespace_of_key(&child) == Some(namespace)
                         && image_volume_sandbox(name_of_key(&child)) == Some(sandbox)
                         && tx.admitted(&child)?.as_deref() == Some(principal)
@@ -834,8 +836,12 @@ impl Snapshotter {
             }
             // Only while the admission is still on offer: a CreateContainer that ended meanwhile
             // (its guard dropped unsettled) takes the principal back, and must not be outrun.
+            // A container's rootfs stays unchecked until the front's check (a Prepare of any
+            // container ID's key may take it); an image volume's key names its pod and a
+            // `-remap` copy is made on the rootfs admission without taking it: bound by
+            // their keys, they keep their principal whatever becomes of the creation.
             if admitted.is_some_and(|id| self.admission_listed(id)) {
-                tx.set_admitted(key, &principal)?;
+                tx.set_admitted(key, &principal, is_container_id(name_of_key(key)))?;
             }
             self.layout.install(&staged, id)?;
             installed.set(Some(id));
@@ -1579,12 +1585,21 @@ mod tests {
             drop(b);
             let admitted = |k: &str| s.store.read(|tx| -> Result<_> { Ok(tx.admitted(k)?) }).unwrap();
             assert_eq!((admitted(&checked).as_deref(), admitted(&unchecked).as_deref()), (Some("team-b"), Some("team-c")));
+            // An image volume's Prepare, bound to its pod by its key, keeps its principal even
+            // when its creation goes unchecked (the pod reuses the mounted volume).
+            let v = s.admit("k8s.io", &chain, "team-d", AdmissionFor::Volume { sandbox: "sb".into() }, None);
+            s.prepare(VOLUME_KEY, &parent, Labels::new(), None).unwrap();
+            drop(v);
+            assert_eq!(admitted(VOLUME_KEY).as_deref(), Some("team-d"));
         }
         let s = open();
         let admitted = |k: &str| s.store.read(|tx| -> Result<_> { Ok(tx.admitted(k)?) }).unwrap();
         assert_eq!(admitted(&checked).as_deref(), Some("team-b"), "a checked admission's principal stays");
         assert_eq!(admitted(&unchecked), None, "an unchecked one is taken back at the next start");
+        assert_eq!(admitted(VOLUME_KEY).as_deref(), Some("team-d"), "an image volume's stays");
+        assert!(s.volume_admitted("k8s.io", "sb", &chain, "team-d").unwrap());
     }
+    const VOLUME_KEY: &str = "k8s.io/5//state/image-volumes/sb/img";
 
     #[test]
     fn admissions_give_the_principal_once_and_labels_do_not_in_front_namespaces() {
@@ -1769,6 +1784,18 @@ mod tests {
         assert!(e.to_string().contains("no grant"), "{e}");
     }
 
+    /// Opens the snapshotter a test closed, once the chain index's worker let go of the store
+    /// it was building a table from (a process opens its store once).
+    fn reopen(dir: &Path, gate: std::sync::Arc<Gate>) -> Snapshotter {
+        for _ in 0..500 {
+            match Snapshotter::open(dir, Driver::Overlay { index_off: false }, gate.clone()) {
+                Err(SnapshotterError::Store(StoreError::Db(redb::Error::DatabaseAlreadyOpen))) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                r => return r.unwrap(),
+            }
+        }
+        panic!("the store stayed open");
+    }
+
     #[test]
     fn always_verify_refuses_a_chain_with_unknown_steps() {
         let dir = tempfile::tempdir().unwrap();
@@ -1791,7 +1818,7 @@ mod tests {
             s.prepare("n/5/c", &format!("n/4/{c2}"), Labels::new(), None).unwrap();
         }
         let gate = std::sync::Arc::new(Gate::new(crate::gate::GateConfig { policy: crate::gate::Policy::AlwaysVerify, ..Default::default() }));
-        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, gate).unwrap();
+        let s = reopen(dir.path(), gate);
         let c = s.store.read(|tx| -> Result<_> { s.chain_for_use(tx, &format!("n/4/{c2}")) }).unwrap();
         assert_eq!((c.diff_ids.len(), c.unknown_layers), (1, 1), "{c:?}");
         let e = s.prepare("n/6/c", &format!("n/4/{c2}"), Labels::new(), None).unwrap_err();
@@ -1817,7 +1844,7 @@ mod tests {
             }
         }
         let gate = std::sync::Arc::new(Gate::new(crate::gate::GateConfig { policy: crate::gate::Policy::AlwaysVerify, ..Default::default() }));
-        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, gate).unwrap();
+        let s = reopen(dir.path(), gate);
         let top = format!("n/6/{}", chains[2]);
         let c = s.store.read(|tx| -> Result<_> { s.chain_for_use(tx, &top) }).unwrap();
         assert_eq!((c.diff_ids.len(), c.unknown_layers), (0, 3), "{c:?}");
@@ -1832,7 +1859,7 @@ mod tests {
     fn mounts_asks_the_gate_again() {
         let dir = tempfile::tempdir().unwrap();
         let gate = std::sync::Arc::new(Gate::new(crate::gate::GateConfig { policy: crate::gate::Policy::AlwaysVerify, ..Default::default() }));
-        let s = Snapshotter::open(dir.path(), Driver::Overlay { index_off: false }, gate).unwrap();
+        let s = reopen(dir.path(), gate);
         // A chain pullgate has no record of, prepared under NeverVerify's rules by a record
         // that says so: under AlwaysVerify its container may not start.
         s.prepare("n/1/base", "", Labels::new(), None).unwrap();
