@@ -207,17 +207,28 @@ pull_as() {
   mapfile -t pa < <(podargs "$1" "$2")
   front "${pa[@]}" PullImage "{\"image\":{\"image\":\"$3\"}$auth}"
 }
-# run_in VIA POD NS SID NAME IMAGE [CMD] [EXTRA_CONFIG_JSON] [EXTRA_REQUEST_JSON]: creates and
-# starts a container, waits for it to exit, prints its log (or the refusal).
-run_in() {
-  local via=$1 pod=$2 ns=$3 sid=$4 name=$5 img=$6 cmd=${7:-cat /msg} extra=${8:-} top=${9:-} out cid
+# create_in VIA POD NS SID NAME IMAGE [CMD] [EXTRA_CONFIG_JSON] [EXTRA_REQUEST_JSON]: creates a
+# container; prints its ID (or the refusal).
+create_in() {
+  local via=$1 pod=$2 ns=$3 sid=$4 name=$5 img=$6 cmd=${7:-cat /msg} extra=${8:-} top=${9:-} out
   mapfile -t pa < <(podargs "$pod" "$ns")
   out=$("$via" "${pa[@]}" CreateContainer "{\"pod_sandbox_id\":\"$sid\",\"config\":{\"metadata\":{\"name\":\"$name\"},\"image\":{\"image\":\"$img\"},\"command\":[\"/bin/sh\",\"-c\",\"$cmd\"],\"log_path\":\"$name.log\"$extra}$top}" 2>&1) \
     || { echo "$out"; return 1; }
-  cid=$(jget container_id <<<"$out"); CID=$cid
-  "$via" StartContainer "{\"container_id\":\"$cid\"}" || return 1
-  wait_for 30 bash -c "'$CRI_BIN' --socket '$CTRD_SOCK' ContainerStatus '{\"container_id\":\"$cid\"}' | grep -q '\"state\":2'" || { echo "container $cid did not exit"; return 1; }
-  sed -E 's/^[^ ]+ (stdout|stderr) [FP] //' "$WORK/logs/$pod/$name.log"
+  jget container_id <<<"$out"
+}
+# start_in VIA CID POD NAME: starts container CID, waits for it to exit, prints its log (or the
+# refusal).
+start_in() {
+  "$1" StartContainer "{\"container_id\":\"$2\"}" || return 1
+  wait_for 30 bash -c "'$CRI_BIN' --socket '$CTRD_SOCK' ContainerStatus '{\"container_id\":\"$2\"}' | grep -q '\"state\":2'" || { echo "container $2 did not exit"; return 1; }
+  sed -E 's/^[^ ]+ (stdout|stderr) [FP] //' "$WORK/logs/$3/$4.log"
+}
+# run_in VIA POD NS SID NAME IMAGE [CMD] [EXTRA_CONFIG_JSON] [EXTRA_REQUEST_JSON]: creates and
+# starts a container, waits for it to exit, prints its log (or the refusal).
+run_in() {
+  local cid; cid=$(create_in "$@") || { echo "$cid"; return 1; }
+  CID=$cid
+  start_in "$1" "$cid" "$2" "$5"
 }
 containers_of() { direct ListContainers "{\"filter\":{\"pod_sandbox_id\":\"$1\"}}" | python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("containers") or []))'; }
 # has_grant WORD: k8s.io's grants list WORD. The listing itself must work (pullgate grants
@@ -755,26 +766,13 @@ check_out "9: team-a's running container kept running through the restart" '"sta
 # Admissions are not durable: a container whose creation the front checked keeps its principal
 # across a kill, one whose creation it did not live to check loses it (pullgate stalled, at the
 # stall point cri.created, after containerd created the container and before the front's check).
-# create_in POD NS SID NAME IMAGE: CreateContainer through the front; prints its ID.
-create_in() {
-  local out; mapfile -t pa < <(podargs "$1" "$2")
-  out=$(front "${pa[@]}" CreateContainer "{\"pod_sandbox_id\":\"$3\",\"config\":{\"metadata\":{\"name\":\"$4\"},\"image\":{\"image\":\"$5\"},\"command\":[\"/bin/sh\",\"-c\",\"cat /msg\"],\"log_path\":\"$4.log\"}}" 2>&1) \
-    || { echo "$out"; return 1; }
-  jget container_id <<<"$out"
-}
-# start_direct CID NAME POD: StartContainer straight at containerd; prints the log once it exited.
-start_direct() {
-  direct StartContainer "{\"container_id\":\"$1\"}" || return 1
-  wait_for 30 bash -c "'$CRI_BIN' --socket '$CTRD_SOCK' ContainerStatus '{\"container_id\":\"$1\"}' | grep -q '\"state\":2'" || { echo "container $1 did not exit"; return 1; }
-  sed -E 's/^[^ ]+ (stdout|stderr) [FP] //' "$WORK/logs/$3/$2.log"
-}
-E2=$(create_in app-e team-e "$SID_E" e2 "$PRIV") || fail "9: team-e's container e2 created through the front: $E2"
+E2=$(create_in front app-e team-e "$SID_E" e2 "$PRIV") || fail "9: team-e's container e2 created through the front: $E2"
 kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
 PULLGATE_STALL_AT=cri.created:60 start_pullgate "$PG" || exit 1
 wait_for 30 front Version || fail "9: the front serves again (with a stall point)"
 wait_backend
 stalls_before=$(grep -c "stall point reached" "$PG/log")
-create_in app-e team-e "$SID_E" e3 "$PRIV" > "$WORK/e3.out" 2>&1 &
+create_in front app-e team-e "$SID_E" e3 "$PRIV" > "$WORK/e3.out" 2>&1 &
 creator=$!
 check "9: team-e's CreateContainer e3 reaches the stall point after containerd created it" \
   wait_for 30 bash -c "[ \$(grep -c 'stall point reached' '$PG/log') -gt $stalls_before ]"
@@ -786,9 +784,9 @@ wait_for 30 front Version || fail "9: the front serves again after the kill"
 wait_backend
 check "9: pullgate's log names e3's snapshot as losing its unchecked admission" \
   grep -q "snapshot=k8s.io/[0-9]*/$E3.*a CRI CreateContainer was not checked to its end before pullgate stopped\|a CRI CreateContainer was not checked to its end before pullgate stopped.*snapshot=k8s.io/[0-9]*/$E3" "$PG/log"
-check_out "9: e2, checked before the kill, starts after it (its principal kept)" "$PRIVMSG" start_direct "$E2" e2 app-e
+check_out "9: e2, checked before the kill, starts after it (its principal kept)" "$PRIVMSG" start_in direct "$E2" app-e e2
 check_refused "9: e3, created but never checked, is refused at its start: its snapshot has no principal" "requires a principal" "$PRIVMSG" \
-  start_direct "$E3" e3 app-e
+  start_in direct "$E3" app-e e3
 
 log "10. pods stop and go"
 for s in "$SID_FIRST" "$SID_A" "$SID_A2" "$SID_B" "$SID_C" "$SID_C2" "$SID_C3" "$SID_D" "$SID_E" "$SID_N"; do

@@ -143,12 +143,21 @@ check_out "tarball's pullgate is version $version" "pullgate $version" "$X/$name
 if [ -x "$target_dir/release/pullgate-defence-off" ]; then
   check "the test binary pullgate-defence-off holds the defence switches (PULLGATE_DEFENCE_OFF)" grep -qaF PULLGATE_DEFENCE_OFF "$target_dir/release/pullgate-defence-off"
 else na "the test binary pullgate-defence-off is not built here (the positive controls build it)"; fi
+# no_switches FILE...: every FILE exists, is not empty, and holds no PULLGATE_DEFENCE_OFF (grep
+# must answer "not found", not fail).
+no_switches() {
+  local f
+  for f; do
+    [ -s "$f" ] || { echo "$f missing"; return 1; }
+    grep -qaF PULLGATE_DEFENCE_OFF "$f"; [ $? -eq 1 ] || { echo "$f holds them"; return 1; }
+  done
+}
 check "neither released binary holds the test-only defence switches (no PULLGATE_DEFENCE_OFF in the tarball's)" \
-  bash -c 'for f; do [ -s "$f" ] || { echo "$f missing"; exit 1; }; grep -qaF PULLGATE_DEFENCE_OFF "$f"; [ $? -eq 1 ] || { echo "$f holds them"; exit 1; }; done' _ "$X/$name/pullgate" "$X/$name/pullgated"
+  no_switches "$X/$name/pullgate" "$X/$name/pullgated"
 # (cargo-deb strips the binaries it packs: the .deb's are checked themselves.)
 mkdir -p "$WORK/debx" && dpkg-deb -x "$deb" "$WORK/debx" || fail "dpkg-deb -x of the .deb"
 check "neither of the .deb's binaries holds the test-only defence switches" \
-  bash -c 'for f; do [ -s "$f" ] || { echo "$f missing"; exit 1; }; grep -qaF PULLGATE_DEFENCE_OFF "$f"; [ $? -eq 1 ] || { echo "$f holds them"; exit 1; }; done' _ "$WORK/debx/usr/bin/pullgate" "$WORK/debx/usr/bin/pullgated"
+  no_switches "$WORK/debx/usr/bin/pullgate" "$WORK/debx/usr/bin/pullgated"
 check "tarball's unit runs /usr/local/bin/pullgate (where docs/install.md installs the tarball's binaries)" \
   grep -qx 'ExecStart=/usr/local/bin/pullgate serve --config /etc/pullgate/config.toml' "$X/$name/plugin/pullgate.service"
 

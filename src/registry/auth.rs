@@ -46,8 +46,7 @@ pub fn parse_challenge(header: &str) -> Option<Challenge> {
 /// when no header holds a usable one.
 pub fn choose_challenge<'a>(headers: impl IntoIterator<Item = &'a str>) -> Option<Challenge> {
     let parsed: Vec<Challenge> = headers.into_iter().take(16).filter_map(parse_challenge).collect();
-    let bearer = parsed.iter().position(|c| c.scheme == Scheme::Bearer);
-    let pick = bearer.or(if parsed.is_empty() { None } else { Some(0) })?;
+    let pick = parsed.iter().position(|c| c.scheme == Scheme::Bearer).unwrap_or(0);
     parsed.into_iter().nth(pick)
 }
 

@@ -593,11 +593,9 @@ impl Snapshotter {
             let mut parents = Self::chain_snapshots(tx, namespace, chain)?;
             parents.extend(tx.own_with_chain(chain)?.into_iter().filter(|(k, r)| r.kind == Kind::Committed && name_of_key(k) == chain));
             for (k, _) in parents {
+                // (Only the namespace's own children: the range is its key prefix.)
                 for child in tx.children_of_in(&k, &format!("{namespace}/"))? {
-                    if namespace_of_key(&child) == Some(namespace)
-                        && image_volume_sandbox(name_of_key(&child)) == Some(sandbox)
-                        && tx.admitted(&child)?.as_deref() == Some(principal)
-                    {
+                    if image_volume_sandbox(name_of_key(&child)) == Some(sandbox) && tx.admitted(&child)?.as_deref() == Some(principal) {
                         return Ok(true);
                     }
                 }
