@@ -7,16 +7,20 @@
 //! with mediaType, digest and size) and `blobs/sha256/<hex>` (the documents). For each case, in
 //! name order, prints one JSON line: what pullgate reads (`pullgate::document::read_image`: the
 //! manifest chosen for the platform, its config and layers, the config's diff_ids, whether it
-//! is a checkpoint image), or `"ok": false` with the reason it refuses. tests/difftest/go's
-//! docread prints the same from containerd's own code; tests/difftest/compare.py compares.
+//! is a checkpoint image), or `"ok": false` with the reason it refuses; and the configs the CRI
+//! front requires to be the image's (`cri_configs`, `pullgate::document::cri_configs`), or
+//! `cri_error`. tests/difftest/go's docread prints the image from containerd's own code;
+//! tests/difftest/compare.py compares.
 
 use std::path::Path;
 
-fn case(dir: &Path, platform: (&str, &str, Option<&str>)) -> Result<pullgate::document::Reading, String> {
+/// A case's root: its bytes and declared media type, checked against root.json's descriptor,
+/// and a reader of its blobs.
+fn root_of(dir: &Path) -> Result<(Vec<u8>, String, impl FnMut(&str) -> Option<Vec<u8>> + '_), String> {
     let root: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("root.json")).map_err(|e| format!("root.json: {e}"))?).map_err(|e| format!("root.json: {e}"))?;
     let digest = root["digest"].as_str().ok_or("root.json has no digest")?;
     let media_type = root["mediaType"].as_str().unwrap_or_default();
-    let mut blob = |d: &str| {
+    let blob = |d: &str| {
         let hex = d.strip_prefix("sha256:")?;
         (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| std::fs::read(dir.join("blobs/sha256").join(hex)).ok())?
     };
@@ -28,7 +32,18 @@ fn case(dir: &Path, platform: (&str, &str, Option<&str>)) -> Result<pullgate::do
     if actual != digest {
         return Err(format!("root {digest} hashes to {actual}"));
     }
-    pullgate::document::read_image(&bytes, media_type, platform, &mut blob)
+    Ok((bytes, media_type.to_string(), blob))
+}
+
+fn case(dir: &Path, platform: (&str, &str, Option<&str>)) -> Result<pullgate::document::Reading, String> {
+    let (bytes, media_type, mut blob) = root_of(dir)?;
+    pullgate::document::read_image(&bytes, &media_type, platform, &mut blob)
+}
+
+/// The configs the CRI front requires to be the image's (`document::cri_configs`).
+fn cri_case(dir: &Path, os: &str, arch: &str) -> Result<Vec<String>, String> {
+    let (bytes, media_type, mut blob) = root_of(dir)?;
+    pullgate::document::cri_configs(&bytes, &media_type, os, arch, &mut blob)
 }
 
 fn main() {
@@ -67,6 +82,11 @@ fn main() {
             }
             Err(e) => serde_json::json!({"case": name, "ok": false, "error": e}),
         };
+        let mut line = line;
+        match cri_case(&dir, &os, &arch) {
+            Ok(configs) => line["cri_configs"] = configs.into(),
+            Err(e) => line["cri_error"] = e.into(),
+        }
         println!("{line}");
     }
 }

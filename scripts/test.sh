@@ -162,7 +162,9 @@ for v in 1.6 1.7 2.1 2.4; do
   step "end to end: an isolated content store without re-downloads under containerd $v"
   run_part "e2e isolated containerd $v" bash tests/e2e_isolated.sh "$v"
   step "end to end: Kubernetes through the CRI front under containerd $v"
-  run_part "e2e cri containerd $v" bash tests/e2e_cri.sh "$v"
+  # Under 2.1, after the controls part built pullgate-defence-off: e2e_cri 9's positive control.
+  cri_env=(); [ "$v" = 2.1 ] && cri_env=(DEFENCE_OFF_BIN="$PWD/target/release/pullgate-defence-off")
+  run_part "e2e cri containerd $v" env "${cri_env[@]}" bash tests/e2e_cri.sh "$v"
   step "end to end: pullgate doctor against sound and broken containerd configs, version $v"
   run_part "e2e doctor containerd $v" bash tests/e2e_doctor.sh "$v"
   step "end to end: pullgate containerd-config on the config files containerd $v writes, then containerd $v from the merged file and pullgate doctor"

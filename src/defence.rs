@@ -1,7 +1,7 @@
 //! defence: switches that turn one of the gate's defences off, for the suite's positive
-//! controls only (each attack shown succeeding without its defence, tests/e2e_trust.sh with
-//! `CONTROL=1`). They exist only in a build with the cargo feature `defence-off`, which only the
-//! test binary `pullgate-defence-off` needs; in every other build [`off`] is a constant `false`,
+//! controls only (each attack shown succeeding without its defence: tests/e2e_trust.sh with
+//! `CONTROL=1`, tests/e2e_cri.sh 9 with `DEFENCE_OFF_BIN`). They exist only in a build with the
+//! cargo feature `defence-off`, which only the test binary `pullgate-defence-off` needs; in every other build [`off`] is a constant `false`,
 //! so the switches compile away, and the release files are checked to hold no trace of them
 //! (scripts/release.sh). A leaf: it knows nothing of the parts that ask it.
 
@@ -18,10 +18,13 @@ pub enum Defence {
     /// `mounts`: a snapshot's mounts (a task start) are decided again (off: only its Prepare
     /// was).
     Mounts,
+    /// `unchecked`: a principal the CRI front's admission gave a container's rootfs counts only
+    /// once the front checked the creation (off: at once, and it survives a kill before the check).
+    Unchecked,
 }
 
 impl Defence {
-    pub const ALL: [Defence; 4] = [Defence::Gate, Defence::OwnChains, Defence::UnestablishedParent, Defence::Mounts];
+    pub const ALL: [Defence; 5] = [Defence::Gate, Defence::OwnChains, Defence::UnestablishedParent, Defence::Mounts, Defence::Unchecked];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -29,6 +32,7 @@ impl Defence {
             Defence::OwnChains => "own-chains",
             Defence::UnestablishedParent => "unestablished",
             Defence::Mounts => "mounts",
+            Defence::Unchecked => "unchecked",
         }
     }
 }

@@ -564,7 +564,14 @@ fn normalize_arch(arch: &str, variant: &str) -> (String, String) {
 pub fn platform_matches(p: &oci_spec::image::Platform, os: &str, arch: &str, variant: Option<&str>) -> bool {
     let want = normalize_arch(arch, variant.unwrap_or(""));
     let got = normalize_arch(&p.architecture().to_string(), p.variant().as_deref().unwrap_or(""));
-    go_lower(&p.os().to_string()) == go_lower(os) && got == want
+    os_is(&p.os().to_string(), os) && got == want
+}
+
+/// Whether an entry's OS `entry` is `os` as containerd normalises it: compared in lower case,
+/// and an empty one is the OS containerd runs on (its `runtime.GOOS`: this process's).
+fn os_is(entry: &str, os: &str) -> bool {
+    let (entry, os) = (go_lower(entry), go_lower(os));
+    entry == os || (entry.is_empty() && os == std::env::consts::OS)
 }
 
 /// Whether `p` is OS `os` and architecture `arch` as containerd normalises them, whatever its
@@ -573,7 +580,7 @@ pub fn platform_matches(p: &oci_spec::image::Platform, os: &str, arch: &str, var
 pub fn same_os_arch(p: &oci_spec::image::Platform, os: &str, arch: &str) -> bool {
     let want = normalize_arch(arch, "").0;
     let got = normalize_arch(&p.architecture().to_string(), p.variant().as_deref().unwrap_or("")).0;
-    go_lower(&p.os().to_string()) == go_lower(os) && got == want
+    os_is(&p.os().to_string(), os) && got == want
 }
 
 /// The entry of `idx` for `platform` (`os/arch[/variant]`), matched as containerd matches
@@ -601,6 +608,69 @@ pub fn select_platform<'a>(idx: &'a oci_spec::image::ImageIndex, os: &str, arch:
             };
             Err(DocumentError::AmbiguousPlatform { platform, count })
         }
+    }
+}
+
+/// What the CRI front checks an image record's target (`bytes`, of media type `declared`)
+/// against for a node of `os/arch`: a manifest's own config, or an index's entries for that OS
+/// and architecture (any variant), for the architectures containerd falls back to on it (`386`
+/// on `amd64`, `arm` on `arm64`: [`fallback_arch`]) and those without a platform, of which
+/// containerd may choose any (its matcher's preferences among them, and a platform-less entry's
+/// config, are its own).
+/// The front requires every candidate's config to be the image's: a superset of containerd's
+/// choice, never fewer; an index with no candidate names no image here. The differential test
+/// shows containerd's own choice among these for every document it reads.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Candidates {
+    /// The target is a manifest with this config.
+    Config(String),
+    /// The target is an index: these entries (digest, media type) are to be read, each a manifest.
+    Entries(Vec<(String, String)>),
+}
+
+/// The architecture containerd's platform matcher also accepts on a node of `arch` (its
+/// `platforms.Only`: `386` on `amd64`, 32-bit `arm` on `arm64`), whatever the variants.
+fn fallback_arch(arch: &str) -> Option<&'static str> {
+    match normalize_arch(arch, "").0.as_str() {
+        "amd64" => Some("386"),
+        "arm64" => Some("arm"),
+        _ => None,
+    }
+}
+
+/// The CRI front's [`Candidates`] of a target for `os/arch`.
+pub fn cri_candidates(bytes: &[u8], declared: &str, os: &str, arch: &str) -> Result<Candidates> {
+    if !is_index(&media_type_of(bytes, declared)?) {
+        return Ok(Candidates::Config(manifest(bytes, declared)?.config().digest().to_string()));
+    }
+    let entries = index(bytes, declared)?
+        .manifests()
+        .iter()
+        .filter(|m| m.platform().as_ref().is_none_or(|p| same_os_arch(p, os, arch) || fallback_arch(arch).is_some_and(|f| same_os_arch(p, os, f))))
+        .map(|m| (m.digest().to_string(), m.media_type().to_string()))
+        .collect();
+    Ok(Candidates::Entries(entries))
+}
+
+/// The configs of a target's [`Candidates`] for `os/arch`, each entry read with `blob` (its
+/// bytes, checked against the digest here) and refused when it is a checkpoint image: the
+/// CRI front's reading, for the differential test (the front reads through containerd).
+pub fn cri_configs(root: &[u8], declared: &str, os: &str, arch: &str, blob: &mut dyn FnMut(&str) -> Option<Vec<u8>>) -> std::result::Result<Vec<String>, String> {
+    if is_checkpoint(root, declared).map_err(|e| e.to_string())? {
+        return Err("a checkpoint image".into());
+    }
+    match cri_candidates(root, declared, os, arch).map_err(|e| e.to_string())? {
+        Candidates::Config(c) => Ok(vec![c]),
+        Candidates::Entries(entries) => entries
+            .iter()
+            .map(|(digest, media_type)| {
+                let bytes = blob(digest).filter(|b| crate::reference::sha256_digest(b) == *digest).ok_or_else(|| format!("blob {digest} not found or not its digest"))?;
+                if is_checkpoint(&bytes, media_type).map_err(|e| e.to_string())? {
+                    return Err("a checkpoint image".into());
+                }
+                Ok(manifest(&bytes, media_type).map_err(|e| e.to_string())?.config().digest().to_string())
+            })
+            .collect(),
     }
 }
 
@@ -857,6 +927,44 @@ mod tests {
         assert!(same_os_arch(&p("x86_64", None), "linux", "amd64"));
         assert!(same_os_arch(&p("amd64", Some("v3")), "linux", "amd64"));
         assert!(!same_os_arch(&p("arm64", None), "linux", "arm"));
+        // An empty OS is the one containerd runs on (Go's platforms.Normalize), on both readings.
+        let no_os: oci_spec::image::Platform = serde_json::from_str(r#"{"os":"","architecture":"amd64"}"#).unwrap();
+        assert!(same_os_arch(&no_os, "linux", "amd64") && platform_matches(&no_os, "linux", "amd64", None));
+        assert!(!same_os_arch(&no_os, "windows", "amd64"));
+    }
+
+    /// The CRI front's candidates: every entry of the node's OS and architecture (any variant,
+    /// under any alias) and every entry without a platform, none of another architecture; a
+    /// manifest's own config.
+    #[test]
+    fn cri_candidates_are_a_superset_of_containerds_choice() {
+        let e = |d: &str, p: &str| format!(r#"{{"mediaType":"{OCI_MANIFEST}","digest":"{d}","size":1{p}}}"#);
+        let plat = |arch: &str, variant: &str| format!(r#","platform":{{"os":"linux","architecture":"{arch}"{variant}}}"#);
+        let digests: Vec<String> = (3..8).map(|i| format!("sha256:{}", i.to_string().repeat(64))).collect();
+        let idx = format!(
+            r#"{{"schemaVersion":2,"mediaType":"{OCI_INDEX}","manifests":[{},{},{},{},{}]}}"#,
+            e(&digests[0], &plat("x86_64", "")),
+            e(&digests[1], &plat("amd64", r#","variant":"v3""#)),
+            e(&digests[2], &plat("arm64", "")),
+            e(&digests[3], ""),
+            e(&digests[4], &plat("amd64", "")),
+        );
+        let Candidates::Entries(got) = cri_candidates(idx.as_bytes(), OCI_INDEX, "linux", "amd64").unwrap() else { panic!("an index's candidates are entries") };
+        let got: Vec<&str> = got.iter().map(|(d, _)| d.as_str()).collect();
+        assert_eq!(got, [&digests[0], &digests[1], &digests[3], &digests[4]]);
+        let Candidates::Entries(riscv) = cri_candidates(idx.as_bytes(), OCI_INDEX, "linux", "riscv64").unwrap() else { panic!() };
+        assert_eq!(riscv.len(), 1, "only the platform-less entry: {riscv:?}");
+        // containerd's fallbacks: 32-bit arm on arm64, 386 on amd64.
+        let two = format!(
+            r#"{{"schemaVersion":2,"mediaType":"{OCI_INDEX}","manifests":[{},{}]}}"#,
+            e(&digests[0], &plat("arm", r#","variant":"v7""#)),
+            e(&digests[1], &plat("386", "")),
+        );
+        let Candidates::Entries(arm64) = cri_candidates(two.as_bytes(), OCI_INDEX, "linux", "arm64").unwrap() else { panic!() };
+        assert_eq!(arm64.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), [&digests[0]]);
+        let Candidates::Entries(amd64) = cri_candidates(two.as_bytes(), OCI_INDEX, "linux", "amd64").unwrap() else { panic!() };
+        assert_eq!(amd64.iter().map(|(d, _)| d.as_str()).collect::<Vec<_>>(), [&digests[1]]);
+        assert_eq!(cri_candidates(manifest_with("").as_bytes(), OCI_MANIFEST, "linux", "amd64").unwrap(), Candidates::Config(LAYER.to_string()));
     }
 
     #[test]

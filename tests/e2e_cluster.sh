@@ -605,6 +605,45 @@ pod team-a rotated-a "$APP" Always a regcred
 pod team-a rotated-b "$APP" Always b regcred
 for n in "${NODES[@]}"; do check "node $n: with the secret updated, a new pod runs" wait_running team-a "rotated-$n"; done
 
+log "2e'. reverify_after: an IfNotPresent pod on a grant the node holds runs until the grant ages out, then pullgate refuses it"
+# On node a kubelet's KEP-2535 is off: an IfNotPresent pod of an image on the node is never
+# pulled, and only pullgate's grant decides. The operator sets [policy] reverify_after in the
+# ConfigMap and rolls the DaemonSet, as docs/cluster.md says.
+AGE=40
+# set_reverify AGE: the ConfigMap's pullgate config with [policy] reverify_after = AGE.
+set_reverify() {
+  local cm; cm=$(kc -n kube-system get configmap pullgate-config -o json) || return 1
+  cm=$(jq --arg age "$1" '.data["config.toml"] |= sub("\\[policy\\]\n"; "[policy]\nreverify_after = \"" + $age + "\"\n")' <<<"$cm") || return 1
+  grep -qF "reverify_after = \\\"$1\\\"" <<<"$cm" || { echo "the ConfigMap has no [policy] table to set it in"; return 1; }
+  kc replace -f - >/dev/null <<<"$cm"
+}
+check "the ConfigMap sets reverify_after = \"${AGE}s\"" set_reverify "${AGE}s"
+check "kubectl rollout restart of the installer's DaemonSet" kc -n kube-system rollout restart daemonset/pullgate-installer
+check "the rollout completes on both nodes" kc -n kube-system rollout status daemonset/pullgate-installer --timeout 240s
+for n in "${NODES[@]}"; do
+  check "node $n: pullgate's config now holds reverify_after" grep -q "^reverify_after = \"${AGE}s\"" "$WORK/$n/etc/pullgate/config.toml"
+  wait_for 90 node_ready "$n" && pass "node pg-$n Ready" || fail "node pg-$n not Ready after the rollout"
+done
+# A pull of team-a's credential renews node a's grant (Always); a pod IfNotPresent right after
+# runs on it without a pull; one created once the grant is older than reverify_after does not.
+pod team-a renew-a "$APP" Always a regcred
+check "team-a's pod (Always) runs on node a, renewing its grant" wait_running team-a renew-a
+renewed=$(date +%s); pulls_a=$(pull_lines a team-a)
+pod team-a young-a "$APP" IfNotPresent a regcred
+check "team-a's pod IfNotPresent on node a runs on the fresh grant" wait_running team-a young-a
+check "with no pull on node a (kubelet's KEP-2535 is off there)" test "$(pull_lines a team-a)" = "$pulls_a"
+sleep $(( renewed + AGE + 5 - $(date +%s) > 0 ? renewed + AGE + 5 - $(date +%s) : 0 ))
+aged_refused() { cstate team-a aged-a | grep -qF 'pullgate'; }
+pod team-a aged-a "$APP" IfNotPresent a regcred
+wait_for 90 aged_refused; st=$(cstate team-a aged-a)
+check "once the grant is older than reverify_after, the IfNotPresent pod is refused with pullgate's reason ($(shown 300 "$st"))" \
+  says "$st" CreateContainerError "the grant for it is older than reverify_after"
+check "and it has no container" is_zero containers_of a team-a aged-a
+check "nothing of the image in its log" not printed a team-a aged-a "$APPMSG"
+check "kubelet did not pull for it: pullgate alone decided" test "$(pull_lines a team-a)" = "$pulls_a"
+check "the pods that run keep running (young-a)" pod_running team-a young-a
+kc -n team-a delete pod renew-a young-a aged-a --ignore-not-found --wait=false >/dev/null
+
 log "2f. kubelet's own KEP-2535: on on node b, off on node a"
 # records NODE: the pull records kubelet kept (none when it never made their directory; a listing
 # that fails says so instead of a number).

@@ -59,6 +59,8 @@
 #      while its image's registry answers 429 and while it is down; a pod without one is
 #      refused saying the registry could not be reached, and runs a public image once its
 #      origin answers again.
+#  21. the positive controls: on containerd alone (its CRI and overlayfs, the same registries),
+#      the attacks of 3, 5e, 6, 7 and 11 run team-a's private image.
 # The registries of 4 and 14 serve TLS with this run's CA (use_tls_registries): what spares a
 # download is an endpoint pullgate verified.
 # About a minute per containerd version.
@@ -219,8 +221,9 @@ create_in() {
 # start_in VIA CID POD NAME: starts container CID, waits for it to exit, prints its log (or the
 # refusal).
 start_in() {
+  local sock=$CTRD_SOCK; [ "$1" = alone ] && sock=$BASE_SOCK
   "$1" StartContainer "{\"container_id\":\"$2\"}" || return 1
-  wait_for 30 bash -c "'$CRI_BIN' --socket '$CTRD_SOCK' ContainerStatus '{\"container_id\":\"$2\"}' | grep -q '\"state\":2'" || { echo "container $2 did not exit"; return 1; }
+  wait_for 30 bash -c "'$CRI_BIN' --socket '$sock' ContainerStatus '{\"container_id\":\"$2\"}' | grep -q '\"state\":2'" || { echo "container $2 did not exit"; return 1; }
   sed -E 's/^[^ ]+ (stdout|stderr) [FP] //' "$WORK/logs/$3/$4.log"
 }
 # run_in VIA POD NS SID NAME IMAGE [CMD] [EXTRA_CONFIG_JSON] [EXTRA_REQUEST_JSON]: creates and
@@ -787,6 +790,33 @@ check "9: pullgate's log names e3's snapshot as losing its unchecked admission" 
 check_out "9: e2, checked before the kill, starts after it (its principal kept)" "$PRIVMSG" start_in direct "$E2" app-e e2
 check_refused "9: e3, created but never checked, is refused at its start: its snapshot has no principal" "requires a principal" "$PRIVMSG" \
   start_in direct "$E3" app-e e3
+# The positive control: pullgate-defence-off with defence 'unchecked' off (an admitted principal
+# counts at once, before the front's check): the same kill leaves e4 its principal, and it starts.
+if [ -n "${DEFENCE_OFF_BIN:-}" ]; then
+  kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
+  from=$(stat -c %s "$PG/log")
+  PG_SERVE_BIN=$DEFENCE_OFF_BIN PULLGATE_DEFENCE_OFF=unchecked PULLGATE_STALL_AT=cri.created:60 start_pullgate "$PG" || exit 1
+  wait_for 30 front Version || fail "9: the front serves again (pullgate-defence-off)"
+  wait_backend
+  check "9 control: pullgate-defence-off runs with defence 'unchecked' off (its log says so)" \
+    bash -c 'tail -c +"$(($2 + 1))" "$1" | grep -qxF "pullgate-defence-off: a test build; defences turned off (PULLGATE_DEFENCE_OFF): unchecked"' _ "$PG/log" "$from"
+  stalls_before=$(grep -c "stall point reached" "$PG/log")
+  create_in front app-e team-e "$SID_E" e4 "$PRIV" > "$WORK/e4.out" 2>&1 &
+  creator=$!
+  check "9 control: team-e's CreateContainer e4 reaches the stall point" \
+    wait_for 30 bash -c "[ \$(grep -c 'stall point reached' '$PG/log') -gt $stalls_before ]"
+  E4=$(direct ListContainers "{\"filter\":{\"pod_sandbox_id\":\"$SID_E\"}}" | python3 -c 'import json,sys; print("".join(c["id"] for c in json.load(sys.stdin).get("containers") or [] if c["metadata"]["name"] == "e4"))')
+  check "9 control: containerd holds e4 (${E4:-none})" test -n "$E4"
+  kill -9 "$PG_PID"; wait "$PG_PID" 2>/dev/null; wait "$creator" 2>/dev/null
+  start_pullgate "$PG" || exit 1
+  wait_for 30 front Version || fail "9: the front serves again after the control"
+  wait_backend
+  check "9 control: pullgate's log names no snapshot of e4 losing an admission" \
+    not grep -q "snapshot=k8s.io/[0-9]*/$E4.*not checked to its end\|not checked to its end.*snapshot=k8s.io/[0-9]*/$E4" "$PG/log"
+  check_out "9 control: e4, created but never checked, starts after the kill and shows the private file" "$PRIVMSG" start_in direct "$E4" app-e e4
+else
+  na "9 control (defence 'unchecked' off): DEFENCE_OFF_BIN names no pullgate-defence-off (scripts/test.sh passes it under containerd 2.1)"
+fi
 
 log "10. pods stop and go"
 for s in "$SID_FIRST" "$SID_A" "$SID_A2" "$SID_B" "$SID_C" "$SID_C2" "$SID_C3" "$SID_D" "$SID_E" "$SID_N"; do
@@ -1210,6 +1240,46 @@ check_out "20: (the other one too)" "$PRIVMSG" run_in front tr-a team-a "$SID_TA
 # answer, that it needs a login, holds for a minute.)
 check_refused "20: team-b's pod without a secret is refused the image no pod was refused yet, saying the registry could not be reached" \
   "$REFUSED team-b/tr-b .*for now: its registry could not be reached" "$DOWNMSG" run_in front tr-b team-b "$SID_TB" tb3 "$REG_h/private/down:v1"
+
+log "21. the positive controls: the same attacks on containerd alone"
+# containerd of this version alone (its CRI on its own overlayfs, no pullgate), the same
+# registries and hosts.toml: team-a's pod pulls the private image with its secret, and then the
+# attacks the front refuses above succeed, each showing team-a's private file: a namespace
+# without the secret (3), annotations claiming team-a (6) and kubelet at containerd (7) are all
+# a pod running an image on the node; a later pod of a name, and a pod without a UID (11); the
+# image as another namespace's image volume (5e, 2.1 and 2.4).
+alone() { "$CRI_BIN" --socket "$BASE_SOCK" "$@"; }
+if start_baseline_containerd "$V" "$WORK/alone" "$PAUSE" "$HOSTS"; then
+  run_pod alone ctl-a team-a || fail "21: RunPodSandbox team-a/ctl-a on containerd alone"; SID_LA=$SID
+  mapfile -t pa < <(podargs ctl-a team-a)
+  check "21: on containerd alone, team-a's PullImage with alice's secret" \
+    alone "${pa[@]}" PullImage "{\"image\":{\"image\":\"$PRIV\"},\"auth\":{\"username\":\"alice\",\"password\":\"$PW_ALICE\"}}"
+  check_out "21: team-a's pod runs it" "$PRIVMSG" run_in alone ctl-a team-a "$SID_LA" la1 "$PRIV"
+  run_pod alone ctl-b team-b || fail "21: RunPodSandbox team-b/ctl-b on containerd alone"
+  check_out "21 (3, 7): team-b's pod, no secret and no pull, runs team-a's private image" "$PRIVMSG" run_in alone ctl-b team-b "$SID" lb1 "$PRIV"
+  run_pod alone ctl-c team-c "{\"config\":{\"annotations\":$ANN_P}}" \
+    || fail "21: RunPodSandbox team-c/ctl-c on containerd alone"
+  SID_LC=$SID
+  check_out "21 (6): team-c's pod claiming team-a in its annotations runs it" "$PRIVMSG" \
+    run_in alone ctl-c team-c "$SID_LC" lc1 "$PRIV" "cat /msg" ",\"annotations\":${ANN_P%\}},${ANN_R#\{}"
+  run_in_later_a() { PODUID=uid-ctl-a-later run_in "$@"; }
+  PODUID=uid-ctl-a-later run_pod alone ctl-a team-a || fail "21: RunPodSandbox team-a/ctl-a (another UID) on containerd alone"
+  check_out "21 (11): a later pod named ctl-a (another UID), without its own pull, runs it" "$PRIVMSG" \
+    run_in_later_a alone ctl-a team-a "$SID" la2 "$PRIV"
+  PODUID= run_pod alone ctl-n team-a || fail "21: RunPodSandbox team-a/ctl-n (no UID) on containerd alone"
+  check_out "21 (11): a pod without a UID runs it" "$PRIVMSG" no_uid run_in alone ctl-n team-a "$SID" ln1 "$PRIV"
+  if [ "$V" = 2.1 ] || [ "$V" = 2.4 ]; then
+    check "21: team-c's PullImage of the public image" alone "${pa[@]}" PullImage "{\"image\":{\"image\":\"$PUB\"}}"
+    check_out "21 (5e): team-c's public container with team-a's private image as a volume reads it" "$PRIVMSG" \
+      run_in alone ctl-c team-c "$SID_LC" lc2 "$PUB" "cat /vol/msg" "$(vol "$PRIV")"
+  fi
+  alone ListPodSandbox | python3 -c 'import json,sys; print("\n".join(p["id"] for p in json.load(sys.stdin).get("items") or []))' | while read -r p; do
+    alone StopPodSandbox "{\"pod_sandbox_id\":\"$p\"}" >/dev/null 2>&1; alone RemovePodSandbox "{\"pod_sandbox_id\":\"$p\"}" >/dev/null 2>&1
+  done
+  kill "$BASE_PID" 2>/dev/null; wait "$BASE_PID" 2>/dev/null
+else
+  fail "21: containerd $V alone did not start"
+fi
 
 log "secrets: no password or token in pullgate's files, log or database, containerd's files, labels, or an error"
 PATS=$WORK/secret-patterns

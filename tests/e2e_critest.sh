@@ -216,7 +216,7 @@ echo "  skip:  $CRITEST_SKIP"
 # run_critest NAME CRI_SOCKET CONTAINERD_SOCKET: critest against CRI_SOCKET; into $WORK/NAME.*
 # (sorted spec names, one a line): passed, failed, skipped, retried (passed on a later attempt),
 # first (passed on the first attempt); NAME.reasons: each failed spec and ginkgo's failure
-# message; its time into T_NAME, its retries into R_NAME. Then every pod and image of
+# message; NAME.places: each failed spec and where it failed (file:line); its time into T_NAME, its retries into R_NAME. Then every pod and image of
 # CONTAINERD_SOCKET's containerd goes, and its garbage is collected.
 run_critest() {
   local name=$1 sock=$2 csock=$3 t0=$SECONDS
@@ -234,7 +234,7 @@ try:
 except (OSError, ValueError, IndexError, KeyError) as e:
     print(f"  no ginkgo report ({e})")
     specs = []
-res = {"passed": [], "failed": [], "skipped": [], "retried": [], "first": [], "reasons": []}
+res = {"passed": [], "failed": [], "skipped": [], "retried": [], "first": [], "reasons": [], "places": []}
 for s in specs:
     if s["LeafNodeType"] != "It":
         continue
@@ -246,6 +246,8 @@ for s in specs:
     elif st not in ("skipped", "pending"):
         msg = " ".join((s.get("Failure") or {}).get("Message", st).split())
         res["reasons"].append(f"{name}\n      {msg[:400]}")
+        loc = (s.get("Failure") or {}).get("Location") or {}
+        res["places"].append(f"{name}\t{loc.get('FileName', '?').rsplit('/', 1)[-1]}:{loc.get('LineNumber', '?')}")
 for k, v in res.items():
     open(f"{out}.{k}", "w").write("".join(n + "\n" for n in sorted(v)))
 PY
@@ -298,6 +300,11 @@ for r in direct front; do
   [ -n "$only_r" ] && { echo "  passed $r, not under containerd alone:"; sed 's/^/    /' <<<"$only_r"; }
   check "$r passes the same specs as containerd alone ($(count $r passed) vs $pb)" test -z "$only_base" -a -z "$only_r"
   check "$r ran the same specs as containerd alone" test "$(cat "$WORK/baseline.passed" "$WORK/baseline.failed" | sort)" = "$(cat "$WORK/$r.passed" "$WORK/$r.failed" | sort)"
+  # A spec failing under containerd alone fails with pullgate too (the same specs pass), and
+  # for the same reason: at the same place of critest's code.
+  moved=$(comm -23 "$WORK/baseline.places" "$WORK/$r.places")
+  [ -n "$moved" ] && { echo "  failed under containerd alone at (spec, place), $r elsewhere:"; sed 's/^/    /' <<<"$moved"; }
+  check "every spec failing under containerd alone fails $r at the same place ($(count baseline failed): $(cut -f2 "$WORK/baseline.places" | paste -sd' '))" test -z "$moved"
   late=$(comm -12 "$WORK/baseline.first" "$WORK/$r.retried")
   [ -n "$late" ] && { echo "  passed on the first attempt under containerd alone, needed a retry $r:"; sed 's/^/    /' <<<"$late"; }
   check "$r needs no retry where containerd alone passed on the first attempt" test -z "$late"

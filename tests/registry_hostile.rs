@@ -609,3 +609,36 @@ fn a_plain_http_endpoints_challenge_is_kept_for_moments_only() {
     let seen: Vec<String> = tlog.lock().unwrap().iter().map(|s| format!("{} {}", s.line, s.body)).collect();
     assert!(seen.is_empty(), "the token service the earlier answer named was asked: {seen:?}");
 }
+
+/// A registry writing the password it was sent where a digest belongs (the manifest's
+/// Docker-Content-Digest, an index entry's digest) gets a refusal that never repeats it.
+#[test]
+fn a_password_written_where_a_digest_belongs_is_never_repeated() {
+    const PW: &str = "Pw9secretDigest";
+    let hexpw: String = PW.bytes().map(|b| format!("{b:02x}")).collect();
+    let index = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"x:{hexpw}","size":2,"platform":{{"os":"linux","architecture":"amd64"}}}}]}}"#
+    );
+    let index = Arc::new(index);
+    let (port, _) = serve("127.0.0.1", Arc::new(move |s: &Seen, _| {
+        let ct = |t: &'static str| ("Content-Type", t);
+        if s.line.contains("/header/manifests/") {
+            reply(200, &[ct("application/vnd.oci.image.manifest.v1+json"), ("Docker-Content-Digest", PW)], MANIFEST.as_bytes())
+        } else if s.line.contains("/index/manifests/") {
+            reply(200, &[ct("application/vnd.oci.image.index.v1+json")], index.as_bytes())
+        } else {
+            reply(404, &[], b"")
+        }
+    }));
+    let resolve = |repo: &str| {
+        let r = Reference::parse(&format!("127.0.0.1:{port}/{repo}:v1")).unwrap();
+        rt().block_on(session(port, repo, Some(&format!("u:{PW}"))).resolve(&r, "linux/amd64"))
+    };
+    let e = resolve("a/header").unwrap_err();
+    assert!(matches!(e, RegistryError::Protocol { .. }) && e.to_string().contains("Docker-Content-Digest is not a sha256 digest"), "{e}");
+    let e = resolve("a/index").unwrap_err();
+    assert!(e.to_string().contains("names no sha256 digest"), "{e}");
+    for e in [resolve("a/header").unwrap_err().to_string(), resolve("a/index").unwrap_err().to_string()] {
+        assert!(!e.contains(PW) && !e.contains(&hexpw), "{e}");
+    }
+}

@@ -649,11 +649,28 @@ impl Front {
                     // The names of one image mostly share their target: each is read and checked once.
                     Some(ok) => *ok,
                     None => {
-                        let target = read(&t.digest).await?;
-                        Self::refuse_checkpoint(&target, &t.media_type, shown)?;
-                        let ok = self.configs_for_platform(&target, &t.media_type, shown, &read).await?.iter().all(|c| *c == image.id);
-                        checked.insert(t.digest.clone(), ok);
-                        ok
+                        let read_as = async {
+                            let target = read(&t.digest).await?;
+                            Self::refuse_checkpoint(&target, &t.media_type, shown)?;
+                            let configs = self.configs_for_platform(&target, &t.media_type, shown, &read).await?;
+                            // An index with nothing for this node names no image here (containerd could not run it).
+                            Ok::<bool, Status>(!configs.is_empty() && configs.iter().all(|c| *c == image.id))
+                        };
+                        match read_as.await {
+                            Ok(ok) => {
+                                checked.insert(t.digest.clone(), ok);
+                                ok
+                            }
+                            Err(e) if must.contains(&Some(name)) => return Err(e),
+                            // Another name (perhaps another tenant's) that cannot be read as
+                            // this image is left out, as one naming another image is: logged
+                            // without its target (and not remembered: a name containerd builds
+                            // from, sharing it, is read for itself).
+                            Err(e) => {
+                                tracing::warn!(image = %shown, %name, id = %image.id, code = ?e.code(), "CRI CreateContainer: a name of the image cannot be read as it; left out");
+                                false
+                            }
+                        }
                     }
                 };
                 if !this_image {
@@ -693,29 +710,26 @@ impl Front {
     }
 
     /// The configs an image record's target (`bytes`, of media type `media_type`) gives this
-    /// node's platform: a manifest's own, or those of an index's entries for the node's OS and
-    /// architecture (any variant, and entries without a platform; an entry missing from the content store is an
-    /// error, as containerd could choose it once it arrives). Every document is read as
-    /// containerd reads it, or refused.
+    /// node's platform ([`crate::document::cri_candidates`]; an entry missing from the content
+    /// store is an error, as containerd could choose it once it arrives). Every document is read
+    /// as containerd reads it, or refused.
     async fn configs_for_platform<F, Fut>(&self, bytes: &[u8], media_type: &str, shown: &str, read: &F) -> Result<Vec<String>, Status>
     where
         F: Fn(&str) -> Fut,
         Fut: std::future::Future<Output = Result<Vec<u8>, Status>>,
     {
+        use crate::document::Candidates;
         let bad = |e: crate::document::DocumentError| Status::failed_precondition(format!("pullgate: an image record's target is unreadable: {e}"));
-        if !crate::document::is_index(&crate::document::media_type_of(bytes, media_type).map_err(bad)?) {
-            return Ok(vec![crate::document::manifest(bytes, media_type).map_err(bad)?.config().digest().to_string()]);
-        }
         let (os, arch, _) = crate::registry::parse_platform(&self.platform).map_err(|e| Status::internal(format!("pullgate: the node's platform: {e}")))?;
+        let entries = match crate::document::cri_candidates(bytes, media_type, &os, &arch).map_err(bad)? {
+            Candidates::Config(c) => return Ok(vec![c]),
+            Candidates::Entries(e) => e,
+        };
         let mut out = Vec::new();
-        for m in crate::document::index(bytes, media_type).map_err(bad)?.manifests() {
-            if m.platform().as_ref().is_some_and(|p| !crate::document::same_os_arch(p, &os, &arch)) {
-                continue;
-            }
-            let d = m.digest().to_string();
-            let inner = read(&d).await?;
-            Self::refuse_checkpoint(&inner, m.media_type().as_ref(), shown)?;
-            out.push(crate::document::manifest(&inner, m.media_type().as_ref()).map_err(bad)?.config().digest().to_string());
+        for (digest, entry_type) in entries {
+            let inner = read(&digest).await?;
+            Self::refuse_checkpoint(&inner, &entry_type, shown)?;
+            out.push(crate::document::manifest(&inner, &entry_type).map_err(bad)?.config().digest().to_string());
         }
         Ok(out)
     }

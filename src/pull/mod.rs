@@ -1496,8 +1496,9 @@ impl Image {
         if image.layers.is_empty() {
             return Err(bad("manifest has no layers".into()));
         }
+        // (Described, never quoted: a descriptor's digest is the registry's text.)
         if let Some(b) = image.all().find(|b| !crate::reference::is_digest(&b.digest)) {
-            return Err(bad(format!("unsupported digest {}", b.digest)));
+            return Err(bad(format!("a descriptor's digest is not a sha256 digest ({} characters)", b.digest.chars().count())));
         }
         Ok(image)
     }

@@ -781,6 +781,11 @@ impl Session {
             ReadError::Net(e) => self.unavailable(e),
         })?;
         let digest = sha256_digest(&bytes);
+        // The registry's Docker-Content-Digest is its own text: only a sha256 digest is taken
+        // (and may be quoted); anything else is described, never repeated.
+        if let Some(c) = claimed.as_deref().filter(|c| !crate::reference::is_digest(c)) {
+            return Err(self.protocol(format!("manifest {object}: the registry's Docker-Content-Digest is not a sha256 digest ({} characters)", c.chars().count())));
+        }
         let expected = if crate::reference::is_digest(object) { Some(object.to_string()) } else { claimed };
         if let Some(exp) = expected {
             if exp != digest {
@@ -807,6 +812,10 @@ impl Session {
                     what: format!("a manifest for platform {platform} in index {}", top.digest),
                 })?;
             let digest = chosen.digest().to_string();
+            // An entry's digest is the registry's text until it is one pullgate can check.
+            if !crate::reference::is_digest(&digest) {
+                return Err(self.protocol(format!("index {}: the entry for platform {platform} names no sha256 digest ({} characters)", top.digest, digest.chars().count())));
+            }
             let manifest = self.get_manifest(&digest).await?;
             let parsed = parse_manifest(&manifest).map_err(|e| self.protocol(e))?;
             return Ok(Resolved { index: Some(top), manifest, parsed });

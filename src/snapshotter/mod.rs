@@ -839,7 +839,7 @@ impl Snapshotter {
             // `-remap` copy is made on the rootfs admission without taking it: bound by
             // their keys, they keep their principal whatever becomes of the creation.
             if admitted.is_some_and(|id| self.admission_listed(id)) {
-                tx.set_admitted(key, &principal, is_container_id(name_of_key(key)))?;
+                tx.set_admitted(key, &principal, is_container_id(name_of_key(key)) && !crate::defence::off(crate::defence::Defence::Unchecked))?;
             }
             self.layout.install(&staged, id)?;
             installed.set(Some(id));

@@ -11,7 +11,10 @@ else (pullgate reads a document containerd cannot read, or reads it otherwise) i
 each is printed, and the exit status is 1. So is a refusal of a case FILE names as a valid image
 (corpus.py --valid-list) where containerd reads it, and, with --pin, more refusals among the
 cases that are not pushed layouts than the N pinned for this corpus and platform (a refusal
-must never pass for agreement by growing unseen). Prints the counts."""
+must never pass for agreement by growing unseen). The CRI front's reading (`cri_configs`: the
+configs it requires to be the image's before a container is created) must hold the config
+containerd chooses for every case containerd reads, and must refuse every checkpoint image
+containerd's CRI sees, and must not refuse a valid image containerd reads. Prints the counts."""
 import argparse, json, sys
 
 
@@ -40,8 +43,18 @@ def main():
         return 1
     refused = agreed = pinned_refused = 0
     differ, wrongly = [], []
+    cri_refused = 0
     for case in sorted(pg):
         p, c = pg[case], cd[case]
+        if c["ok"]:
+            if "cri_configs" not in p:
+                cri_refused += 1
+                if case in valid:
+                    wrongly.append(f"{case}: the CRI front refuses an image containerd reads ({p.get('cri_error', '')})")
+            elif c["checkpoint"]:
+                differ.append(f"{case}: the CRI front reads a checkpoint image containerd's CRI sees")
+            elif c["config"] not in p["cri_configs"]:
+                differ.append(f"{case}: containerd chooses config {c['config']}, the CRI front checks only {p['cri_configs']}")
         if not p["ok"]:
             refused += 1
             if "layout-" not in case:
@@ -69,7 +82,8 @@ def main():
     elif a.pin is not None and pinned_refused < a.pin:
         print(f"  (note: {pinned_refused} refusals among the hand-written and seeded cases, fewer than the {a.pin} pinned: lower the pin)")
     print(f"difftest ({label}): {len(pg)} documents compared: {refused} refused by pullgate ({pinned_refused} not pushed layouts), "
-          f"{agreed} read alike, {len(differ)} read differently, {len(wrongly)} valid images refused")
+          f"{agreed} read alike, {len(differ)} read differently, {len(wrongly)} valid images refused; "
+          f"the CRI front refuses {cri_refused} of the images containerd reads")
     return 1 if differ or wrongly or over else 0
 
 

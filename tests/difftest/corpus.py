@@ -193,6 +193,11 @@ def hand_written(cp):
     for v in ["v8.0", "v8", "8", "V8", "v9", None]:
         cp.add(f"arm64-{v}-first", index_doc([entry(m2, plat("arm64", variant=v)), entry(m1, plat("arm64"))]), OCI_INDEX, m1, c1, m2, c2)
     cp.add("arm-variants", index_doc([entry(m2, plat("arm", variant="v6")), entry(m1, plat("arm", variant="v7"))]), OCI_INDEX, m1, c1, m2, c2)
+    # containerd's fallbacks (386 on amd64, arm on arm64), before or after a platform-less entry:
+    # the CRI front's candidates must hold the one containerd chooses.
+    cp.add("386-then-noplatform", index_doc([entry(m2, plat("386")), entry(m1, None)]), OCI_INDEX, m1, c1, m2, c2)
+    cp.add("noplatform-then-arm-v7", index_doc([entry(m1, None), entry(m2, plat("arm", variant="v7"))]), OCI_INDEX, m1, c1, m2, c2)
+    cp.add("386-only", index_doc([entry(m2, plat("386"))]), OCI_INDEX, m2, c2)
     # Go lowercases U+0130 to i and the Kelvin sign to k; created must be an RFC 3339 time.
     cp.add("os-dotted-I-first", index_doc([entry(m2, plat("amd64", "l\u0130nux")), entry(m1, plat("amd64"))]), OCI_INDEX, m1, c1, m2, c2)
     cp.add("arch-dotted-I-first", index_doc([entry(m2, plat("r\u0130scv64")), entry(m1, plat("riscv64")), entry(m1, plat("amd64"))]), OCI_INDEX, m1, c1, m2, c2)
