@@ -618,8 +618,21 @@ set_reverify() {
   kc replace -f - >/dev/null <<<"$cm"
 }
 check "the ConfigMap sets reverify_after = \"${AGE}s\"" set_reverify "${AGE}s"
+# The installer pulls the preloaded image with the Secret pullgate-preload-auth: alice's password
+# changed in 2e, and the operator updates that Secret too (or the new installer pods fail).
+preload_secret() {
+  kc -n kube-system create secret docker-registry pullgate-preload-auth --docker-server "$REG_t" --docker-username alice \
+    --docker-password "$1" --dry-run=client -o yaml | kc apply -f - >/dev/null
+}
+check "the preload Secret holds alice's new password" preload_secret "$PW_ALICE2"
 check "kubectl rollout restart of the installer's DaemonSet" kc -n kube-system rollout restart daemonset/pullgate-installer
-check "the rollout completes on both nodes" kc -n kube-system rollout status daemonset/pullgate-installer --timeout 240s
+rolled() {
+  kc -n kube-system rollout status daemonset/pullgate-installer --timeout 240s && return 0
+  kc -n kube-system get pods -l app.kubernetes.io/name=pullgate-installer -o json \
+    | jq -c '.items[] | {node: .spec.nodeName, state: .status.containerStatuses[0].state, ready: .status.containerStatuses[0].ready}'
+  return 1
+}
+check "the rollout completes on both nodes" rolled
 for n in "${NODES[@]}"; do
   check "node $n: pullgate's config now holds reverify_after" grep -q "^reverify_after = \"${AGE}s\"" "$WORK/$n/etc/pullgate/config.toml"
   wait_for 90 node_ready "$n" && pass "node pg-$n Ready" || fail "node pg-$n not Ready after the rollout"

@@ -20,8 +20,10 @@
 # Routing: the built-in snapshotters stay loaded in the pullgate run, as some tests name them.
 # containerd's own snapshot events (`ctr events`, which name the snapshotter) are recorded in
 # both runs, and the test binary's run lines stamped with the time: in the pullgate run every
-# snapshot prepared on another snapshotter must fall while a test named in ON_BUILTIN ran, and
-# pullgate must create at least the snapshots pinned per version (PG_FLOOR).
+# snapshot prepared in the tests' namespace on another snapshotter must fall while a test named
+# in ON_BUILTIN ran (tests that make a namespace of their own, with no default-snapshotter label,
+# are counted apart), and pullgate must create at least the snapshots pinned per version
+# (PG_FLOOR).
 #
 # Attempts: every test runs once; the failed ones run again, up to SUITE_ATTEMPTS in all, in both
 # runs alike. Every attempt starts from nothing: a fresh containerd root (no image pulled or
@@ -66,14 +68,19 @@ esac
 EXPECTED_PG_FAIL=(
   'TestIDMappedOverlay|2.*|^container_idmapped_linux_test\.go:[0-9]+: parent snapshot sha256:[0-9a-f]{64} does not exist: not found$|it unpacks its image into TEST_SNAPSHOTTER (pullgate), then asks the overlayfs snapshotter, named in the test, for an id-mapped snapshot on those layers: overlayfs never unpacked them'
 )
-# The tests that use a built-in snapshotter on purpose, whatever TEST_SNAPSHOTTER says (they name
-# containerd's default, overlayfs, or native in their code): in the pullgate run every snapshot
-# prepared on a snapshotter other than pullgate must have been prepared while one of these ran
-# (tests/suiterouting.py, from containerd's own snapshot events).
+# The tests that use a built-in snapshotter on purpose in the tests' namespace, whatever
+# TEST_SNAPSHOTTER says (they name containerd's default or native in their code): in the pullgate
+# run every snapshot prepared there on a snapshotter other than pullgate must have been prepared
+# while one of these ran, and each must have run while one was (tests/suiterouting.py, from
+# containerd's own snapshot events). Tests that make a namespace of their own (no
+# default-snapshotter label: TestSnapshotterClient, TestShimSockLength, TestRegressionIssue4769,
+# TestRegressionIssue6429) are counted apart.
 ON_BUILTIN=(
   TestImageIsUnpacked          # unpacks into defaults.DefaultSnapshotter and asks it
   TestImageUsage               # unpacks into defaults.DefaultSnapshotter
   TestImageSupportedBySnapshotter_Error   # pulls with WithPullSnapshotter(defaults.DefaultSnapshotter)
+  TestLeaseResources           # prepares on "native"
+)
   TestLeaseResources           # prepares on "native"
   TestSnapshotterClient        # containerd's snapshotter test suite over defaults.DefaultSnapshotter
   TestIDMappedOverlay          # asks overlayfs by name (2.x)

@@ -60,7 +60,7 @@
 #      refused saying the registry could not be reached, and runs a public image once its
 #      origin answers again.
 #  21. the positive controls: on containerd alone (its CRI and overlayfs, the same registries),
-#      the attacks of 3, 5e, 6, 7 and 11 run team-a's private image.
+#      the attacks of 3, 5e, 6 (the principal's annotations), 7 and 11 run team-a's private image.
 # The registries of 4 and 14 serve TLS with this run's CA (use_tls_registries): what spares a
 # download is an endpoint pullgate verified.
 # About a minute per containerd version.
@@ -774,17 +774,24 @@ kill "$PG_PID"; wait "$PG_PID" 2>/dev/null
 PULLGATE_STALL_AT=cri.created:60 start_pullgate "$PG" || exit 1
 wait_for 30 front Version || fail "9: the front serves again (with a stall point)"
 wait_backend
-stalls_before=$(grep -c "stall point reached" "$PG/log")
-create_in front app-e team-e "$SID_E" e3 "$PRIV" > "$WORK/e3.out" 2>&1 &
-creator=$!
-check "9: team-e's CreateContainer e3 reaches the stall point after containerd created it" \
-  wait_for 30 bash -c "[ \$(grep -c 'stall point reached' '$PG/log') -gt $stalls_before ]"
-E3=$(direct ListContainers "{\"filter\":{\"pod_sandbox_id\":\"$SID_E\"}}" | python3 -c 'import json,sys; print("".join(c["id"] for c in json.load(sys.stdin).get("containers") or [] if c["metadata"]["name"] == "e3"))')
-check "9: containerd holds e3 (${E3:-none})" test -n "$E3"
-kill -9 "$PG_PID"; wait "$PG_PID" 2>/dev/null; wait "$creator" 2>/dev/null
-start_pullgate "$PG" || exit 1
-wait_for 30 front Version || fail "9: the front serves again after the kill"
-wait_backend
+# stalled_create LABEL NAME: team-e's CreateContainer NAME through the front, pullgate (started
+# with the stall point cri.created) stalled after containerd created it, then SIGKILLed and
+# started again (as PG_SERVE_BIN says, unset: the release binary); sets STALLED to its ID.
+stalled_create() {
+  local stalls_before creator
+  stalls_before=$(grep -c "stall point reached" "$PG/log")
+  create_in front app-e team-e "$SID_E" "$2" "$PRIV" > "$WORK/$2.out" 2>&1 &
+  creator=$!
+  check "$1: team-e's CreateContainer $2 reaches the stall point after containerd created it" \
+    wait_for 30 bash -c "[ \$(grep -c 'stall point reached' '$PG/log') -gt $stalls_before ]"
+  STALLED=$(direct ListContainers "{\"filter\":{\"pod_sandbox_id\":\"$SID_E\"}}" | python3 -c 'import json,sys; print("".join(c["id"] for c in json.load(sys.stdin).get("containers") or [] if c["metadata"]["name"] == sys.argv[1]))' "$2")
+  check "$1: containerd holds $2 (${STALLED:-none})" test -n "$STALLED"
+  kill -9 "$PG_PID"; wait "$PG_PID" 2>/dev/null; wait "$creator" 2>/dev/null
+  PG_SERVE_BIN= start_pullgate "$PG" || exit 1
+  wait_for 30 front Version || fail "$1: the front serves again after the kill"
+  wait_backend
+}
+stalled_create 9 e3; E3=$STALLED
 check "9: pullgate's log names e3's snapshot as losing its unchecked admission" \
   grep -q "snapshot=k8s.io/[0-9]*/$E3.*a CRI CreateContainer was not checked to its end before pullgate stopped\|a CRI CreateContainer was not checked to its end before pullgate stopped.*snapshot=k8s.io/[0-9]*/$E3" "$PG/log"
 check_out "9: e2, checked before the kill, starts after it (its principal kept)" "$PRIVMSG" start_in direct "$E2" app-e e2
@@ -800,17 +807,7 @@ if [ -n "${DEFENCE_OFF_BIN:-}" ]; then
   wait_backend
   check "9 control: pullgate-defence-off runs with defence 'unchecked' off (its log says so)" \
     bash -c 'tail -c +"$(($2 + 1))" "$1" | grep -qxF "pullgate-defence-off: a test build; defences turned off (PULLGATE_DEFENCE_OFF): unchecked"' _ "$PG/log" "$from"
-  stalls_before=$(grep -c "stall point reached" "$PG/log")
-  create_in front app-e team-e "$SID_E" e4 "$PRIV" > "$WORK/e4.out" 2>&1 &
-  creator=$!
-  check "9 control: team-e's CreateContainer e4 reaches the stall point" \
-    wait_for 30 bash -c "[ \$(grep -c 'stall point reached' '$PG/log') -gt $stalls_before ]"
-  E4=$(direct ListContainers "{\"filter\":{\"pod_sandbox_id\":\"$SID_E\"}}" | python3 -c 'import json,sys; print("".join(c["id"] for c in json.load(sys.stdin).get("containers") or [] if c["metadata"]["name"] == "e4"))')
-  check "9 control: containerd holds e4 (${E4:-none})" test -n "$E4"
-  kill -9 "$PG_PID"; wait "$PG_PID" 2>/dev/null; wait "$creator" 2>/dev/null
-  start_pullgate "$PG" || exit 1
-  wait_for 30 front Version || fail "9: the front serves again after the control"
-  wait_backend
+  stalled_create "9 control" e4; E4=$STALLED
   check "9 control: pullgate's log names no snapshot of e4 losing an admission" \
     not grep -q "snapshot=k8s.io/[0-9]*/$E4.*not checked to its end\|not checked to its end.*snapshot=k8s.io/[0-9]*/$E4" "$PG/log"
   check_out "9 control: e4, created but never checked, starts after the kill and shows the private file" "$PRIVMSG" start_in direct "$E4" app-e e4
@@ -1249,6 +1246,10 @@ log "21. the positive controls: the same attacks on containerd alone"
 # a pod running an image on the node; a later pod of a name, and a pod without a UID (11); the
 # image as another namespace's image volume (5e, 2.1 and 2.4).
 alone() { "$CRI_BIN" --socket "$BASE_SOCK" "$@"; }
+# Section 20 stopped team-a's registry: it serves again, from the same config and storage.
+docker-registry serve "$WORK/registry-h/config.yml" >>"$WORK/registry-h/log" 2>&1 &
+PIDS+=($!)
+check "21: team-a's registry serves again" wait_for 20 curl -s -o /dev/null --cacert "$WORK/ca/ca.pem" "https://$REG_h/v2/"
 if start_baseline_containerd "$V" "$WORK/alone" "$PAUSE" "$HOSTS"; then
   run_pod alone ctl-a team-a || fail "21: RunPodSandbox team-a/ctl-a on containerd alone"; SID_LA=$SID
   mapfile -t pa < <(podargs ctl-a team-a)
@@ -1260,8 +1261,10 @@ if start_baseline_containerd "$V" "$WORK/alone" "$PAUSE" "$HOSTS"; then
   run_pod alone ctl-c team-c "{\"config\":{\"annotations\":$ANN_P}}" \
     || fail "21: RunPodSandbox team-c/ctl-c on containerd alone"
   SID_LC=$SID
+  # (Without containerd.io/snapshot.ref: containerd 1.6's overlayfs would take a container's as
+  # the name of an existing snapshot to use, and refuse the creation.)
   check_out "21 (6): team-c's pod claiming team-a in its annotations runs it" "$PRIVMSG" \
-    run_in alone ctl-c team-c "$SID_LC" lc1 "$PRIV" "cat /msg" ",\"annotations\":${ANN_P%\}},${ANN_R#\{}"
+    run_in alone ctl-c team-c "$SID_LC" lc1 "$PRIV" "cat /msg" ",\"annotations\":$ANN_P"
   run_in_later_a() { PODUID=uid-ctl-a-later run_in "$@"; }
   PODUID=uid-ctl-a-later run_pod alone ctl-a team-a || fail "21: RunPodSandbox team-a/ctl-a (another UID) on containerd alone"
   check_out "21 (11): a later pod named ctl-a (another UID), without its own pull, runs it" "$PRIVMSG" \
