@@ -81,11 +81,6 @@ ON_BUILTIN=(
   TestImageSupportedBySnapshotter_Error   # pulls with WithPullSnapshotter(defaults.DefaultSnapshotter)
   TestLeaseResources           # prepares on "native"
 )
-  TestLeaseResources           # prepares on "native"
-  TestSnapshotterClient        # containerd's snapshotter test suite over defaults.DefaultSnapshotter
-  TestIDMappedOverlay          # asks overlayfs by name (2.x)
-  TestMountAtRuntime           # the mount manager over defaults.DefaultSnapshotter (2.4)
-)
 SUITE_TIMEOUT=${SUITE_TIMEOUT:-20m}
 # Three: containerd's own TestContentClient loses a cleanup race now and then under load
 # ("Cleanup failed: ... ingest/...: directory not empty"), in either run.
