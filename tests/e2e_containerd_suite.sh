@@ -414,10 +414,11 @@ check_out "the pullgate run's namespace had pullgate as its default snapshotter"
 check "the pullgate run left snapshots in pullgate ($(cat "$WORK/pullgate.snapshots"))" test "$(cat "$WORK/pullgate.snapshots")" -gt 0
 # Every test that unpacks an image or creates a container in the tests' namespace goes through
 # pullgate: the snapshots it created in a whole run's first attempt, pinned per version as a floor
-# (measured: 70 under 1.7.24, 80 under 2.1.9); fewer mean tests went elsewhere.
+# (measured: 70 to 71 under 1.7.24, 78 to 80 under 2.1.9, as parallel tests share unpacks or
+# not); fewer mean tests went elsewhere.
 case "$V:$SUITE_RUN" in
-  1.7:.) PG_FLOOR=70 ;;
-  2.1:.) PG_FLOOR=80 ;;
+  1.7:.) PG_FLOOR=65 ;;
+  2.1:.) PG_FLOOR=74 ;;
   *) PG_FLOOR=1 ;;
 esac
 check "pullgate created the tests' snapshots in the pullgate run ($(cat "$WORK/pullgate.pgcreated"), pinned floor $PG_FLOOR)" test "$(cat "$WORK/pullgate.pgcreated")" -ge "$PG_FLOOR"
