@@ -609,7 +609,7 @@ log "2e'. reverify_after: an IfNotPresent pod on a grant the node holds runs unt
 # On node a kubelet's KEP-2535 is off: an IfNotPresent pod of an image on the node is never
 # pulled, and only pullgate's grant decides. The operator sets [policy] reverify_after in the
 # ConfigMap and rolls the DaemonSet, as docs/cluster.md says.
-AGE=40
+AGE=25
 # set_reverify AGE: the ConfigMap's pullgate config with [policy] reverify_after = AGE.
 set_reverify() {
   local cm; cm=$(kc -n kube-system get configmap pullgate-config -o json) || return 1
