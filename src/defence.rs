@@ -1,9 +1,10 @@
 //! defence: switches that turn one of the gate's defences off, for the suite's positive
 //! controls only (each attack shown succeeding without its defence: tests/e2e_trust.sh with
 //! `CONTROL=1`, tests/e2e_cri.sh 9 with `DEFENCE_OFF_BIN`). They exist only in a build with the
-//! cargo feature `defence-off`, which only the test binary `pullgate-defence-off` needs; in every other build [`off`] is a constant `false`,
-//! so the switches compile away, and the release files are checked to hold no trace of them
-//! (scripts/release.sh). A leaf: it knows nothing of the parts that ask it.
+//! cargo feature `defence-off`, which only the test binary `pullgate-defence-off` needs; in
+//! every other build [`off`] is a constant `false`, so the switches compile away, and the
+//! release files are checked to hold no trace of them (scripts/release.sh). A leaf: it knows
+//! nothing of the parts that ask it.
 
 /// A defence the test binary can turn off, named in `PULLGATE_DEFENCE_OFF` (comma-separated).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -199,15 +199,17 @@ run_pod() {
 }
 # pull_as POD NS IMAGE [USER:PASS | AUTH_JSON]: PullImage through the front with that pod's
 # sandbox config and the pull secret's credential (AUTH_JSON: a CRI AuthConfig, `{...}`).
-pull_as() {
-  local auth=''
+pull_as() { pull_via front "$@"; }
+# pull_via VIA POD NS IMAGE [USER:PASS | AUTH_JSON]: the same through VIA (front, direct, alone).
+pull_via() {
+  local via=$1 auth=''; shift
   case ${4:-} in
     '') ;;
     '{'*) auth=",\"auth\":$4" ;;
     *) auth=",\"auth\":{\"username\":\"${4%%:*}\",\"password\":\"${4#*:}\"}" ;;
   esac
   mapfile -t pa < <(podargs "$1" "$2")
-  front "${pa[@]}" PullImage "{\"image\":{\"image\":\"$3\"}$auth}"
+  "$via" "${pa[@]}" PullImage "{\"image\":{\"image\":\"$3\"}$auth}"
 }
 # create_in VIA POD NS SID NAME IMAGE [CMD] [EXTRA_CONFIG_JSON] [EXTRA_REQUEST_JSON]: creates a
 # container; prints its ID (or the refusal).
@@ -1252,9 +1254,7 @@ PIDS+=($!)
 check "21: team-a's registry serves again" wait_for 20 curl -s -o /dev/null --cacert "$WORK/ca/ca.pem" "https://$REG_h/v2/"
 if start_baseline_containerd "$V" "$WORK/alone" "$PAUSE" "$HOSTS"; then
   run_pod alone ctl-a team-a || fail "21: RunPodSandbox team-a/ctl-a on containerd alone"; SID_LA=$SID
-  mapfile -t pa < <(podargs ctl-a team-a)
-  check "21: on containerd alone, team-a's PullImage with alice's secret" \
-    alone "${pa[@]}" PullImage "{\"image\":{\"image\":\"$PRIV\"},\"auth\":{\"username\":\"alice\",\"password\":\"$PW_ALICE\"}}"
+  check "21: on containerd alone, team-a's PullImage with alice's secret" pull_via alone ctl-a team-a "$PRIV" "alice:$PW_ALICE"
   check_out "21: team-a's pod runs it" "$PRIVMSG" run_in alone ctl-a team-a "$SID_LA" la1 "$PRIV"
   run_pod alone ctl-b team-b || fail "21: RunPodSandbox team-b/ctl-b on containerd alone"
   check_out "21 (3, 7): team-b's pod, no secret and no pull, runs team-a's private image" "$PRIVMSG" run_in alone ctl-b team-b "$SID" lb1 "$PRIV"
@@ -1272,7 +1272,7 @@ if start_baseline_containerd "$V" "$WORK/alone" "$PAUSE" "$HOSTS"; then
   PODUID= run_pod alone ctl-n team-a || fail "21: RunPodSandbox team-a/ctl-n (no UID) on containerd alone"
   check_out "21 (11): a pod without a UID runs it" "$PRIVMSG" no_uid run_in alone ctl-n team-a "$SID" ln1 "$PRIV"
   if [ "$V" = 2.1 ] || [ "$V" = 2.4 ]; then
-    check "21: team-c's PullImage of the public image" alone "${pa[@]}" PullImage "{\"image\":{\"image\":\"$PUB\"}}"
+    check "21: team-c's PullImage of the public image" pull_via alone ctl-c team-c "$PUB"
     check_out "21 (5e): team-c's public container with team-a's private image as a volume reads it" "$PRIVMSG" \
       run_in alone ctl-c team-c "$SID_LC" lc2 "$PUB" "cat /vol/msg" "$(vol "$PRIV")"
   fi
